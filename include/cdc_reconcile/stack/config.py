@@ -1,0 +1,91 @@
+"""Where the embedded stack lives and which ports it uses.
+
+Every value comes from the environment (``CDC_*``) with a default, so two checkouts can run side by
+side and a user can move any port that is already taken.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}={raw!r} is not a port number; set it to an integer such as {default}") from exc
+    if not 1 <= value <= 65535:
+        raise ValueError(f"{name}={value} is outside 1..65535; choose a free TCP port")
+    return value
+
+
+def _env_path(name: str, default: Path) -> Path:
+    raw = os.environ.get(name)
+    return Path(raw).resolve() if raw else default
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Ports, folders and names of one embedded stack."""
+
+    run_dir: Path = field(default_factory=lambda: _env_path("CDC_RUN_DIR", REPO_ROOT / ".run"))
+    cache_dir: Path = field(default_factory=lambda: _env_path("CDC_CACHE_DIR", REPO_ROOT / ".cache"))
+    pg_port: int = field(default_factory=lambda: _env_int("CDC_PG_PORT", 55432))
+    kafka_port: int = field(default_factory=lambda: _env_int("CDC_KAFKA_PORT", 59092))
+    kafka_controller_port: int = field(default_factory=lambda: _env_int("CDC_KAFKA_CONTROLLER_PORT", 59093))
+    connect_port: int = field(default_factory=lambda: _env_int("CDC_CONNECT_PORT", 58083))
+    host: str = "127.0.0.1"
+    pg_database: str = "cdc_demo"
+    pg_user: str = "cdc"
+    pg_password: str = "cdc"
+    connector_name: str = "cdc-demo"
+    topic_prefix: str = "cdc"
+    slot_name: str = "cdc_reconcile"
+    publication_name: str = "cdc_reconcile"
+    captured_tables: tuple[str, ...] = ("public.customers", "public.order_lines", "public.cdc_watermark")
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    @property
+    def kafka_libs(self) -> Path:
+        return self.cache_dir / "stack" / "kafka-libs"
+
+    @property
+    def connect_plugins(self) -> Path:
+        return self.cache_dir / "stack" / "connect-plugins"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def connect_url(self) -> str:
+        return f"http://{self.host}:{self.connect_port}"
+
+    @property
+    def pg_dsn(self) -> str:
+        return (
+            f"host={self.host} port={self.pg_port} dbname={self.pg_database} "
+            f"user={self.pg_user} password={self.pg_password}"
+        )
+
+    @property
+    def pg_jdbc_url(self) -> str:
+        return f"jdbc:postgresql://{self.host}:{self.pg_port}/{self.pg_database}"
+
+    def topic_for(self, table: str) -> str:
+        """Debezium's topic for ``schema.table``: ``<prefix>.<schema>.<table>``."""
+        return f"{self.topic_prefix}.{table}"
+
+    @property
+    def transaction_topic(self) -> str:
+        return f"{self.topic_prefix}.transaction"

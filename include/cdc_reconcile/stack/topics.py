@@ -1,0 +1,106 @@
+"""Read a Debezium topic to its end with a plain Kafka consumer, for the demo and the stack's tests.
+
+``isolation.level=read_committed`` stops at the last stable offset and hides records of aborted
+transactions; transaction markers occupy offsets but are never returned, so offsets have gaps.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+
+    @property
+    def payload(self) -> dict[str, Any] | None:
+        """The Debezium envelope, with or without the JSON converter's schema wrapper."""
+        return unwrap(self.value)
+
+    @property
+    def key_payload(self) -> dict[str, Any] | None:
+        return unwrap(self.key)
+
+
+def unwrap(document: Any) -> Any:
+    """Drop the JSON converter's ``{"schema": ..., "payload": ...}`` wrapper when there is one."""
+    if isinstance(document, dict) and set(document) == {"schema", "payload"}:
+        return document["payload"]
+    return document
+
+
+def _decode(raw: bytes | None) -> Any:
+    return None if raw is None else json.loads(raw)
+
+
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    isolation: str = "read_committed",
+    timeout: float = 60.0,
+) -> list[Record]:
+    """Every record of ``topic`` from the beginning to its current end, in partition-offset order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"cdc-reconcile-reader-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "auto.offset.reset": "earliest",
+            "log_level": 0,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        partitions = sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []
+        if not partitions or metadata.topics[topic].error is not None:
+            return []
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        pending = set(partitions)
+        records: list[Record] = []
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"reading {topic} from {bootstrap}: partitions {sorted(pending)} not at end after {timeout:.0f}s"
+                )
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(message.partition())
+                    continue
+                raise RuntimeError(f"reading {topic}: {message.error()}")
+            records.append(
+                Record(topic, message.partition(), message.offset(), _decode(message.key()), _decode(message.value()))
+            )
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()
+
+
+def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
+    """End offset per partition (including transaction markers and uncommitted records)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wm-{uuid.uuid4()}", "log_level": 0})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in metadata.topics[topic].partitions
+        }
+    finally:
+        consumer.close()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Install everything the two README commands need, from package registries only:
+# Debian's PostgreSQL 15, a Python 3.11 virtualenv from PyPI, and the Kafka/Connect/Debezium jars
+# from Maven Central (cached under .cache/). Safe to run twice: each step checks before it works.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${CDC_CACHE_DIR:-$ROOT/.cache}
+VENV=$ROOT/.venv
+PG_BIN=${CDC_PG_BIN:-/usr/lib/postgresql/15/bin}
+mkdir -p "$CACHE"
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else die "need root for: $*"; fi; }
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+
+# 1. Debian packages: PostgreSQL 15 server (no system cluster: the stack makes its own).
+apt_missing=()
+[ -x "$PG_BIN/postgres" ] || apt_missing+=(postgresql-15)
+command -v mvn >/dev/null || apt_missing+=(maven)
+command -v runuser >/dev/null || apt_missing+=(util-linux)
+if [ ${#apt_missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${apt_missing[*]}"
+  as_root mkdir -p /etc/postgresql-common
+  grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf \
+    || echo 'create_main_cluster = false' | as_root tee -a /etc/postgresql-common/createcluster.conf >/dev/null
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_missing[@]}"
+fi
+java_major=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/.*java.specification.version = //p')
+[ -n "$java_major" ] && [ "${java_major%%.*}" -ge 17 ] || die "Java 17 or newer is required (found: ${java_major:-none})"
+
+# 2. Python virtualenv with pinned packages and the project in editable mode.
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || die "Python 3.11 is required ($PY not found; set PYTHON=/path/to/python3.11)"
+[ -x "$VENV/bin/python" ] || { say "creating virtualenv $VENV"; "$PY" -m venv "$VENV"; }
+py_stamp=$(cat "$ROOT/requirements.txt" "$ROOT/constraints.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+if ! stamp_ok "$VENV/.cdc-stamp" "$py_stamp"; then
+  say "installing Python packages (requirements.txt, constraints.txt)"
+  "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
+  "$VENV/bin/python" -m pip install -q -r "$ROOT/requirements.txt" -c "$ROOT/constraints.txt"
+  "$VENV/bin/python" -m pip install -q --no-deps -e "$ROOT"
+  echo "$py_stamp" > "$VENV/.cdc-stamp"
+fi
+
+# 3. Kafka, Kafka Connect, Log4j2 and the Debezium connector plugin from Maven Central.
+mvn_stamp=$(sha256sum "$ROOT/stack/pom.xml" | cut -d' ' -f1)
+if ! stamp_ok "$CACHE/stack/.cdc-stamp" "$mvn_stamp" || [ ! -d "$CACHE/stack/connect-plugins/debezium-connector-postgres" ]; then
+  say "fetching Kafka and Debezium from Maven Central"
+  mvn -q -B -f "$ROOT/stack/pom.xml" generate-resources -Dstack.cache="$CACHE/stack"
+  echo "$mvn_stamp" > "$CACHE/stack/.cdc-stamp"
+fi
+say "ready: $("$VENV/bin/python" --version), PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}'), Java $java_major"

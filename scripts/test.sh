@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# README command (b): install what is missing, lint, then run every test. The integration tests
+# start their own embedded stack (own ports and run folder) and stop it when they finish.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not integration"`.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bash "$ROOT/scripts/setup.sh"
+cd "$ROOT"
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest --timeout=900 "$@"

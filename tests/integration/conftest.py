@@ -1,0 +1,79 @@
+"""The real embedded stack for integration tests, started and stopped through the project's code.
+
+The tests run their own stack (own run folder and ports) so a developer's stack is left alone.
+It starts from empty data once per session and is taken down at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from cdc_reconcile.stack import Stack, StackConfig
+from cdc_reconcile.stack.config import REPO_ROOT
+
+TEST_ENV = {
+    "CDC_RUN_DIR": str(REPO_ROOT / ".run" / "test-stack"),
+    "CDC_PG_PORT": os.environ.get("CDC_TEST_PG_PORT", "55442"),
+    "CDC_KAFKA_PORT": os.environ.get("CDC_TEST_KAFKA_PORT", "59102"),
+    "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_KAFKA_CONTROLLER_PORT", "59103"),
+    "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_CONNECT_PORT", "58093"),
+}
+
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def stack_env() -> Iterator[dict[str, str]]:
+    saved = {key: os.environ.get(key) for key in TEST_ENV}
+    os.environ.update(TEST_ENV)
+    yield dict(TEST_ENV)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def stack(stack_env: dict[str, str]) -> Iterator[Stack]:
+    stack = Stack(StackConfig())
+    stack.down(destroy=True)
+    try:
+        stack.up()
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="session")
+def config(stack: Stack) -> StackConfig:
+    return stack.config
+
+
+@pytest.fixture
+def pg(config: StackConfig) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(config.pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def eventually(check: Callable[[], object], *, timeout: float, what: str, interval: float = 0.5) -> object:
+    """Return ``check()``'s first truthy result; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"{what}: not true after {timeout:.0f}s (last: {last!r})")
