@@ -45,11 +45,12 @@ class Postgres:
 
     @property
     def data_dir(self) -> Path:
-        return self.home / "data"
+        """Resolved, so the server account never walks through a folder it may not enter."""
+        return self.home.resolve() / "data"
 
     @property
     def log_file(self) -> Path:
-        return self.home / "postgres.log"
+        return self.home.resolve() / "postgres.log"
 
     def _os_user(self) -> str | None:
         """The account the server runs as: ``postgres`` under root, else the current user."""
@@ -58,7 +59,7 @@ class Postgres:
     def _run(self, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
         user = self._os_user()
         full = ["runuser", "-u", user, "--", *argv] if user else argv
-        return subprocess.run(full, check=False, capture_output=True, text=True, **kwargs)
+        return subprocess.run(full, check=False, capture_output=True, text=True, cwd="/", **kwargs)
 
     def _prepare_home(self) -> None:
         if self.home.exists() or self.home.is_symlink():
