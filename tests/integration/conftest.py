@@ -13,11 +13,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from cdc_reconcile.stack import Stack, StackConfig
 from cdc_reconcile.stack.config import REPO_ROOT
 
 TEST_ENV = {
-    "CDC_RUN_DIR": str(REPO_ROOT / ".run" / "test-stack"),
+    "CDC_RUN_DIR": os.environ.get("CDC_TEST_RUN_DIR", str(REPO_ROOT / ".run" / "test-stack")),
     "CDC_PG_PORT": os.environ.get("CDC_TEST_PG_PORT", "55442"),
     "CDC_KAFKA_PORT": os.environ.get("CDC_TEST_KAFKA_PORT", "59102"),
     "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_KAFKA_CONTROLLER_PORT", "59103"),
@@ -59,6 +60,22 @@ def config(stack: Stack) -> StackConfig:
 def pg(config: StackConfig) -> Iterator[psycopg.Connection]:
     with psycopg.connect(config.pg_dsn, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture(scope="session")
+def spark(stack) -> Iterator:
+    """One local Spark session for all integration tests (starting one costs seconds on 2 cores)."""
+    from cdc_reconcile.spark import build_session
+
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    session = build_session(
+        "integration-tests",
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session")

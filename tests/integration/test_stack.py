@@ -15,6 +15,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 import requests
+
 from cdc_reconcile.loader import run_loader
 from cdc_reconcile.stack.topics import high_watermarks, read_topic, unwrap
 

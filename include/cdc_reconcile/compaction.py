@@ -1,0 +1,226 @@
+"""From Debezium events to the changelog and the lake table (DESIGN.md sections 4 and 5).
+
+* ``mark_duplicates`` names every duplicate by cause. A *redelivery* is the same change (key, op,
+  ``source.txId``, ``source.lsn``) at a later offset; it is dropped from the changelog. A *snapshot
+  re-run* is an ``r`` event for a key that an earlier snapshot round (another snapshot transaction)
+  already emitted; it stays in the changelog, because the newer round holds the newer state, and it is
+  counted.
+* ``fold_table`` folds each key's events in emission order: Kafka offset within the key's partition
+  (Debezium emits in commit order; ``source.lsn`` alone is wrong, see DESIGN.md section 5), then a
+  sub-position so that repair events sit right after the offset they were placed at. A snapshot round
+  is a complete table image, so its first offset resets its partition: older events and older lake
+  rows there no longer count. Unchanged TOAST columns are filled from the key's previous state.
+
+All functions are pure DataFrame -> DataFrame transforms; reading and writing happen in the jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from .debezium import (
+    DECODE_ERRORS_FIELD,
+    DEFAULT_OPTIONS,
+    UNAVAILABLE_FIELD,
+    DecodeOptions,
+    TableSpec,
+    is_unavailable,
+    split_decoded,
+    tag_decode_errors,
+)
+
+REDELIVERY = "redelivery"
+SNAPSHOT_RERUN = "snapshot_rerun"
+ORIGIN_DEBEZIUM = "debezium"
+ORIGIN_RECONCILE = "reconcile"
+IDENTITY = ("key", "op", "source_txid", "source_lsn")
+CDC_COLUMNS = ("_cdc_op", "_cdc_partition", "_cdc_offset", "_cdc_sub", "_cdc_txid", "_cdc_lsn", "_cdc_origin")
+
+
+def change_events(parsed: DataFrame) -> DataFrame:
+    """Events that carry row state: tombstones and truncates are log markers, not changes."""
+    return parsed.filter(~F.col("is_tombstone") & F.col("op").isin("c", "u", "d", "r"))
+
+
+def mark_duplicates(events: DataFrame, history: DataFrame | None = None) -> DataFrame:
+    """Add ``duplicate_class`` (null, ``redelivery`` or ``snapshot_rerun``) to this range's events.
+
+    ``history`` is what earlier ranges landed (at least ``IDENTITY``, ``partition``, ``offset``): a
+    change already there is a redelivery, and a snapshot round already there makes a new round's
+    ``r`` events for the same keys re-runs.
+    """
+    current = events.withColumn("_new", F.lit(True))
+    if history is not None:
+        past = history.select(*IDENTITY, "partition", "offset").withColumn("_new", F.lit(False))
+        current = current.unionByName(past, allowMissingColumns=True)
+    first_seen = Window.partitionBy(*IDENTITY).orderBy("partition", "offset")
+    ranked = current.withColumn("_copy", F.row_number().over(first_seen))
+    is_snapshot = F.col("op") == "r"
+    rounds_before = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
+    other_round = F.array_remove(
+        F.collect_set(F.when(is_snapshot & (F.col("_copy") == 1), F.col("source_txid"))).over(rounds_before),
+        F.col("source_txid"),
+    )
+    classified = ranked.withColumn(
+        "duplicate_class",
+        F.when(F.col("_copy") > 1, F.lit(REDELIVERY))
+        .when(is_snapshot & (F.size(other_round) > 0), F.lit(SNAPSHOT_RERUN))
+        .otherwise(F.lit(None).cast("string")),
+    )
+    return classified.filter("_new").drop("_new", "_copy")
+
+
+def duplicate_counts(marked: DataFrame) -> dict[str, int]:
+    """Duplicates of this range by class (one small action)."""
+    rows = marked.filter(F.col("duplicate_class").isNotNull()).groupBy("duplicate_class").count().collect()
+    counts = {REDELIVERY: 0, SNAPSHOT_RERUN: 0}
+    counts.update({row["duplicate_class"]: row["count"] for row in rows})
+    return counts
+
+
+def key_columns(key: Sequence[str], *images: str) -> list[Column]:
+    """Typed key columns, taken from whichever row image the event has."""
+    return [F.coalesce(*(F.col(f"{image}.{k}") for image in images)).alias(k) for k in key]
+
+
+def decode_changes(
+    marked: DataFrame, spec: TableSpec, key: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
+) -> DataFrame:
+    """Typed changes with ``decode_errors``; redeliveries removed.
+
+    Only deletes need their before-image (for the key); other events' before-images are not decoded,
+    which halves the cost with REPLICA IDENTITY FULL.
+    """
+    kept = marked.filter(F.col("duplicate_class").isNull() | (F.col("duplicate_class") != REDELIVERY))
+    kept = kept.withColumn("before", F.when(F.col("op") == "d", F.col("before")))
+    return tag_decode_errors(kept, spec, options)
+
+
+def changelog_rows(decoded: DataFrame, key: Sequence[str]) -> tuple[DataFrame, DataFrame]:
+    """Split decoded changes into changelog rows and quarantine rows."""
+    ok, quarantined = split_decoded(decoded)
+    changelog = ok.select(
+        *key_columns(key, "after_row", "before_row"),
+        "key",
+        "op",
+        "partition",
+        "offset",
+        F.lit(0).alias("sub"),
+        "source_txid",
+        "source_lsn",
+        "source_ts_ms",
+        "source_snapshot",
+        "duplicate_class",
+        F.lit(ORIGIN_DEBEZIUM).alias("origin"),
+        "after_row",
+    )
+    return changelog, quarantined
+
+
+def to_changelog(
+    marked: DataFrame, spec: TableSpec, key: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
+) -> tuple[DataFrame, DataFrame]:
+    """Typed changelog rows (redeliveries removed) and the events that could not be decoded."""
+    return changelog_rows(decode_changes(marked, spec, key, options), key)
+
+
+def _snapshot_read() -> Column:
+    return (F.col("op") == "r") & (F.col("origin") == ORIGIN_DEBEZIUM)
+
+
+def snapshot_resets(changelog: DataFrame, history: DataFrame | None = None) -> DataFrame:
+    """Per partition, the first offset of the newest snapshot round that starts in this range.
+
+    ``history`` (earlier changelog rows) tells which rounds were already folded; a round that began
+    in an earlier range has already reset the lake table then. Repair events (op ``r``, origin
+    ``reconcile``) are single rows, not snapshot rounds: they never reset anything.
+    """
+    rounds = changelog.filter(_snapshot_read()).groupBy("partition", "source_txid").agg(F.min("offset").alias("start"))
+    if history is not None:
+        seen = history.filter(_snapshot_read()).select("partition", "source_txid").distinct()
+        rounds = rounds.join(seen, ["partition", "source_txid"], "left_anti")
+    newest = Window.partitionBy("partition").orderBy(F.col("start").desc())
+    return (
+        rounds.withColumn("_n", F.row_number().over(newest))
+        .filter("_n = 1")
+        .select("partition", F.col("start").alias("reset_offset"))
+    )
+
+
+def table_as_changelog(table: DataFrame, spec: TableSpec, key: Sequence[str]) -> DataFrame:
+    """The previous lake table as one pseudo-event per row, at the position of its last change."""
+    after = F.struct(
+        *(F.col(c).alias(c) for c in spec),
+        F.array().cast("array<string>").alias(UNAVAILABLE_FIELD),
+        F.array().cast("array<string>").alias(DECODE_ERRORS_FIELD),
+    )
+    return table.select(
+        *(F.col(k) for k in key),
+        F.col("_cdc_op").alias("op"),
+        F.col("_cdc_partition").alias("partition"),
+        F.col("_cdc_offset").alias("offset"),
+        F.col("_cdc_sub").alias("sub"),
+        F.col("_cdc_txid").alias("source_txid"),
+        F.col("_cdc_lsn").alias("source_lsn"),
+        F.col("_cdc_origin").alias("origin"),
+        after.alias("after_row"),
+    )
+
+
+def fold_table(
+    changelog: DataFrame,
+    spec: TableSpec,
+    key: Sequence[str],
+    *,
+    previous: DataFrame | None = None,
+    resets: DataFrame | None = None,
+) -> DataFrame:
+    """Latest state per key, deletes removed: the lake table.
+
+    ``previous`` is the lake table of the last run (folded incrementally: its rows come before every
+    new event of their key); ``resets`` comes from :func:`snapshot_resets`.
+    """
+    columns = ["op", "partition", "offset", "sub", "source_txid", "source_lsn", "origin", "after_row"]
+    events = changelog.select(*key, *columns)
+    if previous is not None:
+        events = events.unionByName(table_as_changelog(previous, spec, key).select(*key, *columns))
+    if resets is not None:
+        events = (
+            events.join(F.broadcast(resets), "partition", "left")
+            .filter(F.col("reset_offset").isNull() | (F.col("offset") >= F.col("reset_offset")))
+            .drop("reset_offset")
+        )
+    order = Window.partitionBy(*key).orderBy("offset", "sub")
+    so_far = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    filled = [
+        F.last(
+            F.when(
+                F.col("after_row").isNotNull() & ~is_unavailable("after_row", c),
+                F.struct(F.col(f"after_row.{c}").alias("v")),
+            ),
+            ignorenulls=True,
+        )
+        .over(so_far)
+        .getField("v")
+        .alias(c)
+        for c in spec
+        if c not in key
+    ]
+    latest = Window.partitionBy(*key).orderBy(F.col("offset").desc(), F.col("sub").desc())
+    state = events.select(
+        *key,
+        *filled,
+        F.col("op").alias("_cdc_op"),
+        F.col("partition").alias("_cdc_partition"),
+        F.col("offset").alias("_cdc_offset"),
+        F.col("sub").alias("_cdc_sub"),
+        F.col("source_txid").alias("_cdc_txid"),
+        F.col("source_lsn").alias("_cdc_lsn"),
+        F.col("origin").alias("_cdc_origin"),
+        F.row_number().over(latest).alias("_rank"),
+    )
+    ordered = [c for c in spec] + list(CDC_COLUMNS)
+    return state.filter((F.col("_rank") == 1) & (F.col("_cdc_op") != "d")).select(*ordered)

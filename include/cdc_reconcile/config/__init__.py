@@ -1,0 +1,106 @@
+"""Table configuration: which tables are reconciled, their keys, and their Debezium topics.
+
+Loaded from ``tables.yaml`` beside this file, or from the path in ``CDC_TABLES_CONFIG``. Only names
+that appear here ever reach SQL, and each is checked to be a plain ``schema.table`` identifier.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """The table configuration is wrong; the message names the entry and the fix."""
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    name: str
+    key: tuple[str, ...]
+    topic_prefix: str = "cdc"
+
+    @property
+    def schema(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def table(self) -> str:
+        return self.name.split(".", 1)[1]
+
+    @property
+    def topic(self) -> str:
+        return f"{self.topic_prefix}.{self.name}"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    tables: tuple[TableConfig, ...]
+    topic_prefix: str
+    watermark_table: str
+
+    def table(self, name: str) -> TableConfig:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        known = ", ".join(t.name for t in self.tables)
+        raise ConfigError(f"table {name!r} is not configured; configured tables: {known}")
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.tables]
+
+
+def _check_name(name: object, where: str) -> str:
+    if not isinstance(name, str) or name.count(".") != 1 or not all(IDENTIFIER.match(p) for p in name.split(".")):
+        raise ConfigError(f"{where}: {name!r} must be a 'schema.table' name of letters, digits and underscores")
+    return name
+
+
+def parse_config(document: dict, source: str = "tables.yaml") -> PipelineConfig:
+    if not isinstance(document, dict) or not isinstance(document.get("tables"), list) or not document["tables"]:
+        raise ConfigError(f"{source}: needs a non-empty 'tables' list")
+    prefix = document.get("topic_prefix", "cdc")
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigError(f"{source}: 'topic_prefix' must be a non-empty string")
+    watermark = _check_name(document.get("watermark_table", "public.cdc_watermark"), f"{source}: watermark_table")
+    tables = []
+    for index, entry in enumerate(document["tables"]):
+        where = f"{source}: tables[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be a mapping with 'name' and 'key'")
+        name = _check_name(entry.get("name"), f"{where}.name")
+        key = entry.get("key")
+        if not isinstance(key, list) or not key or not all(isinstance(k, str) and IDENTIFIER.match(k) for k in key):
+            raise ConfigError(f"{where}.key: list the primary-key columns, e.g. key: [id]")
+        table_prefix = entry.get("topic_prefix", prefix)
+        if not isinstance(table_prefix, str) or not table_prefix:
+            raise ConfigError(f"{where}.topic_prefix: must be a non-empty string (the connector's topic.prefix)")
+        tables.append(TableConfig(name=name, key=tuple(key), topic_prefix=table_prefix))
+    names = [t.name for t in tables]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{source}: a table is listed twice: {names}")
+    return PipelineConfig(tables=tuple(tables), topic_prefix=prefix, watermark_table=watermark)
+
+
+def load_config(path: str | Path | None = None) -> PipelineConfig:
+    """Read the table configuration (called at task run time, never at DAG parse time)."""
+    path = path or os.environ.get("CDC_TABLES_CONFIG")
+    if path:
+        text = Path(path).read_text()
+        source = str(path)
+    else:
+        text = resources.files("cdc_reconcile").joinpath("config/tables.yaml").read_text()
+        source = "tables.yaml"
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    return parse_config(document, source)

@@ -1,0 +1,283 @@
+"""The Spark steps of one run for one table: compact, diff as of the snapshot, reconcile.
+
+Each step reads its inputs from the lake and Kafka, calls the pure transforms of ``compaction``,
+``diff`` and ``repair``, and publishes atomically through ``storage``. Every step is keyed by the
+run id, so running it again for the same run replaces what it wrote before and never adds to it.
+
+Lake layout per table (``<lake_root>/<schema.table>/``):
+
+* ``events/range=<run>``: bronze, every Kafka record of the run's offset range, parsed;
+* ``quarantine/range=<run>``: records that could not be parsed or decoded, with the reason;
+* ``changelog/range=<run>``: typed changes, redeliveries removed;
+* ``repairs/range=<run>``: repair events written by ``reconcile``;
+* ``table/v=<run>``: the lake copy, the fold of the changelog (manifest-switched);
+* ``snapshot/v=<run>``: the source snapshot and its metadata (written by ``snapshot``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from . import storage
+from .compaction import (
+    IDENTITY,
+    change_events,
+    changelog_rows,
+    decode_changes,
+    duplicate_counts,
+    fold_table,
+    mark_duplicates,
+    snapshot_resets,
+)
+from .debezium import DecodeOptions, split_envelopes, tag_envelopes
+from .diff import DiffReport, diff_rows, lake_as_of, summarise, visible_changes
+from .repair import audit_rows, repair_events
+from .visibility import PgSnapshot
+
+
+def _version(run_id: str) -> str:
+    """Airflow run ids hold ':' and '+'; datasets name versions and ranges by a path-safe form."""
+    return storage.safe_name(run_id)
+
+
+class PipelineError(RuntimeError):
+    """A step cannot run; the message names what is missing and which step produces it."""
+
+
+@dataclass(frozen=True)
+class TableLake:
+    """Where one table's datasets live."""
+
+    root: Path
+    name: str
+
+    @property
+    def base(self) -> Path:
+        return Path(self.root) / self.name
+
+    @property
+    def events(self) -> Path:
+        return self.base / "events"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.base / "quarantine"
+
+    @property
+    def changelog(self) -> Path:
+        return self.base / "changelog"
+
+    @property
+    def repairs(self) -> Path:
+        return self.base / "repairs"
+
+    @property
+    def table(self) -> Path:
+        return self.base / "table"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.base / "snapshot"
+
+    @property
+    def audit(self) -> Path:
+        return self.base / "audit"
+
+
+def read_kafka_range(spark: SparkSession, bootstrap: str, starting: str, ending: str) -> DataFrame:
+    """Exactly the sealed offset range, ``read_committed``: aborted records never enter the lake."""
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("assign", _assign_json(starting))
+        .option("startingOffsets", starting)
+        .option("endingOffsets", ending)
+        .option("kafka.isolation.level", "read_committed")
+        .option("failOnDataLoss", "true")
+        .load()
+        .select("topic", "partition", "offset", "key", "value")
+    )
+
+
+def _assign_json(starting: str) -> str:
+    import json
+
+    offsets = json.loads(starting)
+    return json.dumps({topic: sorted(int(p) for p in parts) for topic, parts in offsets.items()})
+
+
+def snapshot_of(lake: TableLake, run_id: str) -> tuple[PgSnapshot, dict[str, str], dict[str, Any]]:
+    """The run's snapshot as a visibility rule, the column type spec, and all its metadata."""
+    metadata = storage.read_metadata(lake.snapshot, _version(run_id))
+    if metadata is None:
+        raise PipelineError(f"{lake.name}: no snapshot for run {run_id!r} under {lake.snapshot}; run snapshot_source")
+    snapshot = PgSnapshot(int(metadata["xmin"]), int(metadata["xmax"]), tuple(int(x) for x in metadata["xip"]))
+    spec = {column["name"]: column["type"] for column in metadata["columns"]}
+    return snapshot, spec, metadata
+
+
+def previous_table(spark: SparkSession, lake: TableLake, run_id: str) -> tuple[DataFrame | None, str | None]:
+    """The lake table as the previous run left it, also when this run already published once."""
+    current = storage.current_version(lake.table)
+    if current == _version(run_id):
+        previous = (storage.read_metadata(lake.table, _version(run_id)) or {}).get("previous_version")
+    else:
+        previous = current
+    if previous is None:
+        return None, None
+    return storage.read_version(spark, lake.table, previous), previous
+
+
+def _other_ranges(path: Path, run_id: str) -> list[str]:
+    return [p for p in storage.list_partitions(path) if p != _version(run_id)]
+
+
+def _history(spark: SparkSession, path: Path, run_id: str, columns: Sequence[str]) -> DataFrame | None:
+    """What earlier runs wrote to a partitioned dataset (all ranges but this run's)."""
+    others = _other_ranges(path, run_id)
+    if not others:
+        return None
+    return storage.read_partitions(spark, path, others).select(*columns)
+
+
+def compact(
+    spark: SparkSession,
+    *,
+    lake: TableLake,
+    run_id: str,
+    key: Sequence[str],
+    bootstrap: str,
+    starting: str,
+    ending: str,
+    options: DecodeOptions | None = None,
+) -> dict[str, Any]:
+    """``compact_cdc``: Kafka range -> events, quarantine, changelog, and the new lake table."""
+    began = time.monotonic()
+    _, spec, _ = snapshot_of(lake, run_id)
+    tagged = tag_envelopes(read_kafka_range(spark, bootstrap, starting, ending)).persist()
+    parsed, bad_records = split_envelopes(tagged)
+    storage.replace_partition(parsed, lake.events, _version(run_id), sort_by=["partition", "offset"])
+    events = storage.read_partitions(spark, lake.events, [_version(run_id)])
+
+    history = _history(spark, lake.events, run_id, [*IDENTITY, "partition", "offset", "is_tombstone"])
+    if history is not None:
+        history = change_events(history).drop("is_tombstone")
+    marked = mark_duplicates(change_events(events), history).persist()
+    decoded = decode_changes(marked, spec, key, options or DecodeOptions()).persist()
+    changelog, undecodable = changelog_rows(decoded, key)
+    quarantined = bad_records.unionByName(undecodable)
+    storage.replace_partition(quarantined, lake.quarantine, _version(run_id), sort_by=["partition", "offset"])
+    storage.replace_partition(changelog, lake.changelog, _version(run_id), sort_by=["partition", "offset"])
+
+    table, previous_version = _fold_run(spark, lake, run_id, spec, key)
+    storage.publish(
+        table, lake.table, _version(run_id), sort_by=list(key), metadata={"previous_version": previous_version}
+    )
+    summary = {
+        "table": lake.name,
+        "run_id": run_id,
+        "records": tagged.count(),
+        "quarantined": storage.read_partitions(spark, lake.quarantine, [_version(run_id)]).count(),
+        "changes": marked.count(),
+        "duplicates": duplicate_counts(marked),
+        "table_rows": storage.read_current(spark, lake.table).count(),
+        "seconds": round(time.monotonic() - began, 2),
+    }
+    tagged.unpersist()
+    marked.unpersist()
+    decoded.unpersist()
+    return summary
+
+
+def _run_changelog(spark: SparkSession, lake: TableLake, run_id: str, *, with_repairs: bool) -> DataFrame:
+    changelog = storage.read_partitions(spark, lake.changelog, [_version(run_id)])
+    if changelog is None:
+        raise PipelineError(f"{lake.name}: no changelog for run {run_id!r}; run compact_cdc first")
+    if with_repairs and _version(run_id) in storage.list_partitions(lake.repairs):
+        changelog = changelog.unionByName(storage.read_partitions(spark, lake.repairs, [_version(run_id)]))
+    return changelog
+
+
+def _fold_run(
+    spark: SparkSession, lake: TableLake, run_id: str, spec: dict[str, str], key: Sequence[str]
+) -> tuple[DataFrame, str | None]:
+    changelog = _run_changelog(spark, lake, run_id, with_repairs=True)
+    previous, previous_version = previous_table(spark, lake, run_id)
+    history = _history(spark, lake.changelog, run_id, ["partition", "op", "source_txid", "origin"])
+    resets = snapshot_resets(changelog, history)
+    return fold_table(changelog, spec, key, previous=previous, resets=resets), previous_version
+
+
+def _source(spark: SparkSession, lake: TableLake, run_id: str) -> DataFrame:
+    source = storage.read_version(spark, lake.snapshot, _version(run_id))
+    if source is None:
+        raise PipelineError(f"{lake.name}: snapshot data for run {run_id!r} missing under {lake.snapshot}")
+    return source
+
+
+def check(
+    spark: SparkSession, *, lake: TableLake, run_id: str, key: Sequence[str], with_repairs: bool = True
+) -> tuple[DiffReport, DataFrame]:
+    """The point-in-time diff: the lake as of the run's snapshot against the snapshot."""
+    snapshot, spec, _ = snapshot_of(lake, run_id)
+    changelog = _run_changelog(spark, lake, run_id, with_repairs=with_repairs)
+    previous, _ = previous_table(spark, lake, run_id)
+    history = _history(spark, lake.changelog, run_id, ["partition", "op", "source_txid", "origin"])
+    source = _source(spark, lake, run_id)
+    as_of = lake_as_of(changelog, snapshot, spec, key, previous=previous, history=history).persist()
+    diff = diff_rows(as_of, source, key, list(spec)).persist()
+    return summarise(diff, as_of, source, key), diff
+
+
+def reconcile(
+    spark: SparkSession,
+    *,
+    lake: TableLake,
+    run_id: str,
+    key: Sequence[str],
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Repair events for every difference, the table re-folded, and the audit rows.
+
+    The diff is taken without this run's earlier repairs, so running reconcile again writes the same
+    repairs, not none. ``dry_run`` computes and returns the audit but writes no repair.
+    """
+    began = time.monotonic()
+    snapshot, spec, _ = snapshot_of(lake, run_id)
+    report, diff = check(spark, lake=lake, run_id=run_id, key=key, with_repairs=False)
+    base = _run_changelog(spark, lake, run_id, with_repairs=False)
+    previous, _ = previous_table(spark, lake, run_id)
+    source = _source(spark, lake, run_id)
+    repairs = repair_events(diff, source, visible_changes(base, snapshot), spec, key, previous=previous)
+    duplicates = storage.read_partitions(spark, lake.events, [_version(run_id)])
+    marked = None
+    if duplicates is not None:
+        history = _history(spark, lake.events, run_id, [*IDENTITY, "partition", "offset", "is_tombstone"])
+        if history is not None:
+            history = change_events(history).drop("is_tombstone")
+        marked = mark_duplicates(change_events(duplicates), history)
+    audit = audit_rows(diff, marked, key, run_id=run_id, table_name=lake.name, dry_run=dry_run)
+    storage.replace_partition(audit, lake.audit, _version(run_id), sort_by=["kind", "key"])
+    if not dry_run:
+        storage.replace_partition(repairs, lake.repairs, _version(run_id), sort_by=list(key))
+        table, previous_version = _fold_run(spark, lake, run_id, spec, key)
+        storage.publish(
+            table, lake.table, _version(run_id), sort_by=list(key), metadata={"previous_version": previous_version}
+        )
+    audit_written = storage.read_partitions(spark, lake.audit, [_version(run_id)])
+    by_kind = {r["kind"]: r["count"] for r in audit_written.groupBy("kind").count().collect()}
+    return {
+        "table": lake.name,
+        "run_id": run_id,
+        "dry_run": dry_run,
+        "found": report.as_dict(),
+        "audit": by_kind,
+        "repair_events": 0 if dry_run else storage.read_partitions(spark, lake.repairs, [_version(run_id)]).count(),
+        "seconds": round(time.monotonic() - began, 2),
+    }

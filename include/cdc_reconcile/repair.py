@@ -1,0 +1,122 @@
+"""Repair as events, never as edits (DESIGN.md section 8).
+
+Each difference found against the snapshot becomes one changelog row with origin ``reconcile``: the
+snapshot's row (op ``r``) for a missing or stale key, a delete (op ``d``) for an extra one. It is
+placed right after the key's last event that the snapshot saw (sub-position 1 at that offset), so
+events the snapshot did not see yet still come after it and win. The lake table stays the fold of
+the changelog. Every repaired key, and every duplicate dropped or counted, is one audit row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .compaction import ORIGIN_RECONCILE, REDELIVERY, SNAPSHOT_RERUN
+from .debezium import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD, TableSpec
+from .diff import EXTRA, MISSING, STALE, conform
+
+AUDIT_COLUMNS = ("run_id", "table_name", "key", "kind", "before_hash", "after_hash", "dry_run")
+
+
+def last_visible_positions(visible: DataFrame, key: Sequence[str]) -> DataFrame:
+    """Per key, the partition and offset of its last change that the snapshot saw."""
+    return (
+        visible.groupBy(*key)
+        .agg(
+            F.max(F.struct("offset", "partition")).alias("_pos"),
+        )
+        .select(*key, F.col("_pos.partition").alias("partition"), F.col("_pos.offset").alias("offset"))
+    )
+
+
+def repair_events(
+    diff: DataFrame,
+    source: DataFrame,
+    visible: DataFrame,
+    spec: TableSpec,
+    key: Sequence[str],
+    *,
+    previous: DataFrame | None = None,
+) -> DataFrame:
+    """Changelog rows that make the lake equal to the snapshot, placed at the snapshot.
+
+    ``visible`` are this range's changelog rows the snapshot saw; ``previous`` the last run's table
+    (its keys' positions count too when this range has no event for them).
+    """
+    positions = last_visible_positions(visible, key)
+    if previous is not None:
+        earlier = previous.select(
+            *key, F.col("_cdc_partition").alias("partition"), F.col("_cdc_offset").alias("offset")
+        )
+        positions = (
+            positions.unionByName(earlier)
+            .groupBy(*key)
+            .agg(F.max(F.struct("offset", "partition")).alias("_pos"))
+            .select(*key, F.col("_pos.partition").alias("partition"), F.col("_pos.offset").alias("offset"))
+        )
+    columns = list(spec)
+    snapshot_rows = conform(source, source, columns)
+    after = F.struct(
+        *(F.col(f"`{c}`").alias(c) for c in columns),
+        F.array().cast("array<string>").alias(UNAVAILABLE_FIELD),
+        F.array().cast("array<string>").alias(DECODE_ERRORS_FIELD),
+    )
+    wanted = diff.filter(F.col("kind").isin(MISSING, STALE, EXTRA)).select(*key, "kind")
+    rows = wanted.join(snapshot_rows, list(key), "left").join(positions, list(key), "left")
+    return rows.select(
+        *key,
+        _key_json(key).alias("key"),
+        F.when(F.col("kind") == EXTRA, F.lit("d")).otherwise(F.lit("r")).alias("op"),
+        F.coalesce(F.col("partition"), F.lit(-1)).cast("int").alias("partition"),
+        F.coalesce(F.col("offset"), F.lit(-1)).cast("long").alias("offset"),
+        F.lit(1).alias("sub"),
+        F.lit(None).cast("long").alias("source_txid"),
+        F.lit(None).cast("long").alias("source_lsn"),
+        F.lit(None).cast("long").alias("source_ts_ms"),
+        F.lit(None).cast("string").alias("source_snapshot"),
+        F.lit(None).cast("string").alias("duplicate_class"),
+        F.lit(ORIGIN_RECONCILE).alias("origin"),
+        F.when(F.col("kind") == EXTRA, F.lit(None)).otherwise(after).alias("after_row"),
+    )
+
+
+def _key_json(key: Sequence[str]):
+    return F.to_json(F.struct(*(F.col(k) for k in key)))
+
+
+def audit_rows(
+    diff: DataFrame,
+    duplicates: DataFrame | None,
+    key: Sequence[str],
+    *,
+    run_id: str,
+    table_name: str,
+    dry_run: bool,
+) -> DataFrame:
+    """One row per repaired key (missing, extra, stale) and per duplicate event (by class)."""
+    repaired = diff.select(
+        _key_json(key).alias("key"),
+        "kind",
+        F.col("lake_hash").alias("before_hash"),
+        F.col("source_hash").alias("after_hash"),
+    )
+    if duplicates is not None:
+        dupes = duplicates.filter(F.col("duplicate_class").isin(REDELIVERY, SNAPSHOT_RERUN)).select(
+            F.col("key"),
+            F.col("duplicate_class").alias("kind"),
+            F.lit(None).cast("string").alias("before_hash"),
+            F.lit(None).cast("string").alias("after_hash"),
+        )
+        repaired = repaired.unionByName(dupes)
+    return repaired.select(
+        F.lit(run_id).alias("run_id"),
+        F.lit(table_name).alias("table_name"),
+        "key",
+        "kind",
+        "before_hash",
+        "after_hash",
+        F.lit(dry_run).alias("dry_run"),
+    )

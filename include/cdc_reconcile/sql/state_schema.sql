@@ -1,0 +1,79 @@
+-- Pipeline state in PostgreSQL (DESIGN.md section 4): offset ranges and run state keyed by DAG run,
+-- snapshot metadata, expectation results and the repair audit. Idempotent; applied in one
+-- transaction under an advisory lock by checkpoints.ensure_state_schema(), because concurrent
+-- CREATE ... IF NOT EXISTS statements can still collide on the catalog.
+
+SELECT pg_advisory_xact_lock(hashtextextended('cdc_reconcile.state_schema', 0));
+
+CREATE SCHEMA IF NOT EXISTS cdc_reconcile;
+
+CREATE TABLE IF NOT EXISTS cdc_reconcile.runs (
+    run_id      text        PRIMARY KEY,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    status      text        NOT NULL DEFAULT 'running'
+);
+
+-- One row per (run, table, partition). end_offset stays NULL until the range is sealed; a range is
+-- the half-open interval [start_offset, end_offset) of Kafka offsets, which has gaps (transaction
+-- markers, aborted records), so end_offset - start_offset is not a record count.
+CREATE TABLE IF NOT EXISTS cdc_reconcile.offset_ranges (
+    run_id        text        NOT NULL,
+    table_name    text        NOT NULL,
+    topic         text        NOT NULL,
+    partition     integer     NOT NULL CHECK (partition >= 0),
+    start_offset  bigint      NOT NULL CHECK (start_offset >= 0),
+    end_offset    bigint,
+    opened_at     timestamptz NOT NULL DEFAULT now(),
+    sealed_at     timestamptz,
+    watermark_id  bigint,
+    PRIMARY KEY (run_id, table_name, partition),
+    CHECK (end_offset IS NULL OR end_offset >= start_offset),
+    CHECK ((end_offset IS NULL) = (sealed_at IS NULL))
+);
+
+-- The next run opens at the latest sealed end per table and partition.
+CREATE INDEX IF NOT EXISTS offset_ranges_latest_sealed
+    ON cdc_reconcile.offset_ranges (table_name, topic, partition, sealed_at DESC)
+    WHERE sealed_at IS NOT NULL;
+
+-- The PostgreSQL snapshot the source side was read in (pg_current_snapshot(), 64-bit xids). xmin and
+-- xmax are system column names in PostgreSQL, hence the prefix.
+CREATE TABLE IF NOT EXISTS cdc_reconcile.snapshots (
+    run_id         text        NOT NULL,
+    table_name     text        NOT NULL,
+    snapshot_id    text,
+    snapshot_xmin  bigint      NOT NULL,
+    snapshot_xmax  bigint      NOT NULL,
+    xip            bigint[]    NOT NULL DEFAULT '{}',
+    wal_lsn        pg_lsn,
+    taken_at       timestamptz NOT NULL DEFAULT now(),
+    row_count      bigint,
+    PRIMARY KEY (run_id, table_name),
+    CHECK (snapshot_xmin <= snapshot_xmax)
+);
+
+CREATE TABLE IF NOT EXISTS cdc_reconcile.expectation_results (
+    id          bigserial   PRIMARY KEY,
+    run_id      text        NOT NULL,
+    table_name  text        NOT NULL,
+    attempt     integer     NOT NULL DEFAULT 1,
+    suite       text        NOT NULL,
+    success     boolean     NOT NULL,
+    results     jsonb       NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS expectation_results_run
+    ON cdc_reconcile.expectation_results (run_id, table_name, attempt);
+
+CREATE TABLE IF NOT EXISTS cdc_reconcile.repair_audit (
+    id           bigserial   PRIMARY KEY,
+    run_id       text        NOT NULL,
+    table_name   text        NOT NULL,
+    key          jsonb       NOT NULL,
+    kind         text        NOT NULL,
+    before_hash  text,
+    after_hash   text,
+    dry_run      boolean     NOT NULL DEFAULT false,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS repair_audit_run ON cdc_reconcile.repair_audit (run_id, table_name);

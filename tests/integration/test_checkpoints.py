@@ -1,0 +1,414 @@
+"""Offset checkpoints against the real stack: ranges in PostgreSQL, the watermark through Debezium and Kafka."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cdc_reconcile import checkpoints as cp
+
+from .conftest import eventually
+
+pytestmark = pytest.mark.integration
+
+WATERMARK_TABLE = "public.cdc_watermark"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def state(config) -> Iterator[psycopg.Connection]:
+    with cp.connect(config.pg_dsn) as conn:
+        cp.ensure_state_schema(conn)
+        yield conn
+
+
+def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int], *, timeout: float = 60):
+    """Every record a read_committed consumer returns in ``[start, end)``, as (partition, offset, raw value)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("test-range"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "log_level": 0,
+        }
+    )
+    pending = {p for p in start if end[p] > start[p]}
+    records: list[tuple[int, int, bytes | None]] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, start[p]) for p in sorted(pending)])
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                pytest.fail(f"reading {topic} {start} -> {end}: partitions {sorted(pending)} not done in {timeout}s")
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            partition = message.partition()
+            if message.error():
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    pytest.fail(f"reading {topic}: {message.error()}")
+                if message.offset() >= end[partition]:
+                    pending.discard(partition)
+                continue
+            if message.offset() >= end[partition]:
+                pending.discard(partition)
+                continue
+            records.append((partition, message.offset(), message.value()))
+            if message.offset() == end[partition] - 1:
+                pending.discard(partition)
+    finally:
+        consumer.close()
+    return records
+
+
+def created_ids(records) -> set[int]:
+    ids = set()
+    for _, _, raw in records:
+        value = None if raw is None else json.loads(raw)
+        payload = value.get("payload", value) if isinstance(value, dict) else None
+        if payload and payload.get("op") == "c":
+            ids.add(payload["after"]["id"])
+    return ids
+
+
+def insert_customers(pg: psycopg.Connection, marker: str, count: int) -> list[int]:
+    with pg.transaction():
+        rows = pg.execute(
+            "INSERT INTO public.customers (name) SELECT %s FROM generate_series(1, %s) RETURNING id", (marker, count)
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def customers_partitions(config, pg) -> list[int]:
+    """Partitions of the customers topic; the topic exists once Debezium emitted its first event."""
+    insert_customers(pg, unique("topic-bootstrap"), 1)
+    return eventually(
+        lambda: _partitions_or_none(config.bootstrap_servers, config.topic_for("public.customers")),
+        timeout=60,
+        what="topic cdc.public.customers exists",
+    )
+
+
+def _partitions_or_none(bootstrap: str, topic: str) -> list[int] | None:
+    try:
+        return cp.list_partitions(bootstrap, topic, timeout=5)
+    except cp.TopicNotFound:
+        return None
+
+
+# -- ranges in PostgreSQL --------------------------------------------------------------------------------------
+
+
+def test_state_schema_is_idempotent(state):
+    cp.ensure_state_schema(state)
+    cp.ensure_state_schema(state)
+    tables = {
+        row[0]
+        for row in state.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'cdc_reconcile'"
+        ).fetchall()
+    }
+    assert {"offset_ranges", "runs", "snapshots", "expectation_results", "repair_audit"} <= tables
+
+
+def test_first_run_opens_at_zero_and_next_run_at_previous_sealed_end(state):
+    table, topic = unique("public.t"), "cdc.public.customers"
+    first, second, third = unique("run"), unique("run"), unique("run")
+
+    assert cp.open_range(state, first, table, topic, [0, 1]) == {0: 0, 1: 0}
+    assert cp.get_range(state, first, table).sealed is False
+    cp.seal_range(state, first, table, {0: 10, 1: 7}, watermark_id=1)
+
+    assert cp.open_range(state, second, table, topic, [1, 0]) == {0: 10, 1: 7}
+    # An unsealed run does not move the next run's start: it opens at the last *sealed* end.
+    assert cp.open_range(state, third, table, topic, [0, 1]) == {0: 10, 1: 7}
+    cp.seal_range(state, second, table, {0: 15, 1: 7}, watermark_id=2)
+    assert cp.open_range(state, unique("run"), table, topic, [0, 1, 2]) == {0: 15, 1: 7, 2: 0}
+
+    # Another topic for the same table (a changed prefix) does not inherit offsets.
+    assert cp.open_range(state, unique("run"), table, "other.prefix.topic", [0]) == {0: 0}
+    status = state.execute("SELECT status FROM cdc_reconcile.runs WHERE run_id = %s", (first,)).fetchone()
+    assert status == ("running",)
+
+
+def test_reopening_the_same_run_returns_its_stored_range(state):
+    """A cleared checkpoint task must read the offsets it read before, even after later runs sealed."""
+    table, topic = unique("public.t"), "cdc.public.customers"
+    earlier, run, later = unique("run"), unique("run"), unique("run")
+    cp.open_range(state, earlier, table, topic, [0])
+    cp.seal_range(state, earlier, table, {0: 40}, watermark_id=1)
+
+    opened = cp.open_range(state, run, table, topic, [0])
+    assert opened == {0: 40}
+    cp.open_range(state, later, table, topic, [0])
+    cp.seal_range(state, later, table, {0: 99}, watermark_id=2)
+
+    assert cp.open_range(state, run, table, topic, [0]) == opened
+    assert cp.open_range(state, run, table, topic, [0, 1]) == opened
+    count = state.execute(
+        "SELECT count(*) FROM cdc_reconcile.offset_ranges WHERE run_id = %s AND table_name = %s", (run, table)
+    ).fetchone()[0]
+    assert count == 1
+
+
+def test_seal_is_idempotent_and_refuses_other_values(state):
+    table, topic, run = unique("public.t"), "cdc.public.customers", unique("run")
+    with pytest.raises(cp.RangeNotOpen, match="open_range"):
+        cp.seal_range(state, run, table, {0: 1}, watermark_id=1)
+    cp.open_range(state, run, table, topic, [0, 1])
+    with pytest.raises(ValueError, match="partitions"):
+        cp.seal_range(state, run, table, {0: 5}, watermark_id=1)
+
+    sealed = cp.seal_range(state, run, table, {0: 5, 1: 3}, watermark_id=7)
+    assert (sealed.end, sealed.watermark_id) == ({0: 5, 1: 3}, 7)
+    again = cp.seal_range(state, run, table, {0: 5, 1: 3}, watermark_id=7)
+    assert again == sealed  # same sealed_at: nothing was written
+
+    with pytest.raises(cp.RangeConflict, match="already sealed"):
+        cp.seal_range(state, run, table, {0: 6, 1: 3}, watermark_id=8)
+    assert cp.get_range(state, run, table).end == {0: 5, 1: 3}
+    resealed = cp.seal_range(state, run, table, {0: 6, 1: 3}, watermark_id=8, force=True)
+    assert (resealed.end, resealed.watermark_id) == ({0: 6, 1: 3}, 8)
+
+    later = unique("run")
+    cp.open_range(state, later, table, topic, [0, 1])
+    with pytest.raises(ValueError, match="below start"):
+        cp.seal_range(state, later, table, {0: 2, 1: 3}, watermark_id=9)
+
+
+def test_range_as_spark_offsets_json(state):
+    table, topic, run = unique("public.t"), "cdc.public.customers", unique("run")
+    assert cp.get_range(state, run, table) is None
+    cp.open_range(state, run, table, topic, [1, 0])
+    with pytest.raises(cp.RangeNotOpen, match="not sealed"):
+        cp.get_range(state, run, table).as_spark_json()
+    cp.seal_range(state, run, table, {0: 12, 1: 4}, watermark_id=3)
+    starting, ending = cp.get_range(state, run, table).as_spark_json()
+    assert json.loads(starting) == {topic: {"0": 0, "1": 0}}
+    assert json.loads(ending) == {topic: {"0": 12, "1": 4}}
+
+
+def test_concurrent_open_range_creates_one_range(config, state):
+    table, topic = unique("public.t"), "cdc.public.customers"
+    previous = unique("run")
+    cp.open_range(state, previous, table, topic, [0, 1, 2])
+    cp.seal_range(state, previous, table, {0: 3, 1: 5, 2: 8}, watermark_id=1)
+    threads = 4
+
+    for _ in range(3):
+        run = unique("run")
+        barrier = threading.Barrier(threads)
+
+        def opener(run: str = run, barrier: threading.Barrier = barrier) -> dict[int, int]:
+            with cp.connect(config.pg_dsn) as conn:
+                barrier.wait(timeout=30)
+                return cp.open_range(conn, run, table, topic, [0, 1, 2])
+
+        with ThreadPoolExecutor(threads) as pool:
+            results = [f.result(timeout=60) for f in [pool.submit(opener) for _ in range(threads)]]
+        assert results == [{0: 3, 1: 5, 2: 8}] * threads
+        rows = state.execute(
+            "SELECT partition, start_offset FROM cdc_reconcile.offset_ranges WHERE run_id = %s AND table_name = %s "
+            "ORDER BY partition",
+            (run, table),
+        ).fetchall()
+        assert rows == [(0, 3), (1, 5), (2, 8)]
+
+
+def test_record_snapshot_upserts(state):
+    run, table = unique("run"), unique("public.t")
+    cp.record_snapshot(state, run, table, {"snapshot": "100:120:103,110", "wal_lsn": "0/16B3748", "row_count": 5})
+    cp.record_snapshot(
+        state, run, table, {"xmin": 130, "xmax": 140, "xip": [135], "snapshot_id": "00000003-0000001B-1"}
+    )
+    snapshot = cp.get_snapshot(state, run, table)
+    assert {k: snapshot[k] for k in ("xmin", "xmax", "xip", "snapshot_id", "wal_lsn", "row_count")} == {
+        "xmin": 130,
+        "xmax": 140,
+        "xip": [135],
+        "snapshot_id": "00000003-0000001B-1",
+        "wal_lsn": None,
+        "row_count": None,
+    }
+    count = state.execute(
+        "SELECT count(*) FROM cdc_reconcile.snapshots WHERE run_id = %s AND table_name = %s", (run, table)
+    ).fetchone()[0]
+    assert count == 1
+    with pytest.raises(ValueError, match="inconsistent"):
+        cp.record_snapshot(state, run, table, {"xmin": 10, "xmax": 20, "xip": [25]})
+    with pytest.raises(ValueError, match="unknown fields"):
+        cp.record_snapshot(state, run, table, {"xmin": 1, "xmax": 2, "xmin_typo": 3})
+
+
+# -- Kafka ------------------------------------------------------------------------------------------------------
+
+
+def test_end_offsets_are_the_last_stable_offset_and_wait_for_open_transactions(config):
+    bootstrap = config.bootstrap_servers
+    topic = unique("checkpoints-lso")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic, "log_level": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, f"committed-{i}".encode())
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(2):
+        producer.produce(topic, f"later-{i}".encode())
+    producer.flush(30)
+
+    # offsets 0-2 committed records, 3 their commit marker, 4-5 records of the open transaction
+    eventually(lambda: cp.last_stable_offsets(bootstrap, topic, [0]) == {0: 4}, timeout=30, what="LSO at 4")
+    assert cp.log_end_offsets(bootstrap, topic, [0]) == {0: 6}
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "isolation.level": "read_committed"})
+    try:
+        assert reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 4)
+    finally:
+        reader.close()
+    began = time.monotonic()
+    with pytest.raises(cp.SealTimeout, match=topic) as raised:
+        cp.end_offsets(bootstrap, topic, [0], timeout=2)
+    assert "stays open" in str(raised.value)
+    assert time.monotonic() - began < 15
+
+    producer.commit_transaction(30)
+    assert cp.end_offsets(bootstrap, topic, [0], timeout=30) == {0: 7}
+    values = [raw.decode() for _, _, raw in read_range(bootstrap, topic, {0: 0}, {0: 7})]
+    assert values == ["committed-0", "committed-1", "committed-2", "later-0", "later-1"]
+
+
+def test_sealed_range_holds_every_inserted_row(config, state, pg):
+    """Burst, watermark, wait, end offsets: [start, end) read_committed holds every row PostgreSQL has."""
+    bootstrap, topic = config.bootstrap_servers, config.topic_for("public.customers")
+    watermark_topic = config.topic_for(WATERMARK_TABLE)
+    table = unique("public.customers")
+    partitions = customers_partitions(config, pg)
+    previous = unique("run")
+    cp.open_range(state, previous, table, topic, partitions)
+    cp.seal_range(state, previous, table, cp.end_offsets(bootstrap, topic, partitions, timeout=60), None)
+
+    run, marker = unique("run"), unique("burst")
+    start = cp.open_range(state, run, table, topic, partitions)
+    for _ in range(20):
+        insert_customers(pg, marker, 25)
+    inserted = {row[0] for row in pg.execute("SELECT id FROM public.customers WHERE name = %s", (marker,))}
+    assert len(inserted) == 500
+
+    watermark_id, txid = cp.write_watermark(state, run, WATERMARK_TABLE)
+    assert pg.execute("SELECT run_id FROM public.cdc_watermark WHERE id = %s", (watermark_id,)).fetchone() == (run,)
+    assert txid > 0
+    cp.wait_for_watermark(bootstrap, watermark_topic, watermark_id, timeout=120)
+    ends = cp.end_offsets(bootstrap, topic, partitions, timeout=60)
+    sealed = cp.seal_range(state, run, table, ends, watermark_id)
+    assert sealed.start == start and sealed.end == ends and sealed.watermark_id == watermark_id
+
+    records = read_range(bootstrap, topic, start, ends)
+    assert all(start[p] <= offset < ends[p] for p, offset, _ in records)
+    missing = inserted - created_ids(records)
+    assert not missing, f"{len(missing)} inserted rows not in the sealed range, e.g. {sorted(missing)[:5]}"
+
+
+def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, pg):
+    """DESIGN.md section 5: every transaction the snapshot saw is in the sealed range, under concurrent writes."""
+    bootstrap, topic = config.bootstrap_servers, config.topic_for("public.customers")
+    watermark_topic = config.topic_for(WATERMARK_TABLE)
+    table = unique("public.customers")
+    partitions = customers_partitions(config, pg)
+    previous = unique("run")
+    cp.open_range(state, previous, table, topic, partitions)
+    seal = dict(
+        bootstrap=bootstrap, table=table, watermark_table=WATERMARK_TABLE, watermark_topic=watermark_topic, timeout=120
+    )
+    cp.seal_offsets(state, run_id=previous, **seal)
+
+    run, marker = unique("run"), unique("writer")
+    start = cp.open_range(state, run, table, topic, partitions)
+    stop, written = threading.Event(), []
+
+    def writer() -> None:
+        with psycopg.connect(config.pg_dsn, autocommit=True) as conn:
+            n = 0
+            while not stop.is_set():
+                written.extend(insert_customers(conn, marker, 1 + n % 3))
+                n += 1
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        eventually(lambda: len(written) >= 300, timeout=60, what="writer inserted 300 rows")
+        with psycopg.connect(config.pg_dsn) as snap:
+            snap.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            with snap.transaction():
+                text, lsn = snap.execute("SELECT pg_current_snapshot()::text, pg_current_wal_lsn()::text").fetchone()
+                seen = {r[0] for r in snap.execute("SELECT id FROM public.customers WHERE name = %s", (marker,))}
+        cp.record_snapshot(state, run, table, {"snapshot": text, "wal_lsn": lsn, "row_count": len(seen)})
+        sealed = cp.seal_offsets(state, run_id=run, **seal)
+        eventually(lambda: len(written) >= len(seen) + 50, timeout=60, what="writer kept writing after the seal")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+    assert sealed.start == start and sealed.sealed
+    assert cp.seal_offsets(state, run_id=run, **seal) == sealed  # a cleared seal task keeps the range
+    records = read_range(bootstrap, topic, sealed.start, sealed.end)
+    missing = seen - created_ids(records)
+    assert len(seen) >= 300
+    assert not missing, f"{len(missing)} rows the snapshot saw are not in the sealed range: {sorted(missing)[:5]}"
+
+
+def test_watermark_visible_in_the_snapshot_is_refused(config, state):
+    run, table, topic = unique("run"), unique("public.customers"), config.topic_for("public.customers")
+    cp.open_range(state, run, table, topic, [0])
+    future = state.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0] + 1_000_000
+    cp.record_snapshot(state, run, table, {"xmin": future, "xmax": future})
+    with pytest.raises(cp.WatermarkBeforeSnapshot, match="visible in the recorded snapshot"):
+        cp.seal_offsets(
+            state,
+            bootstrap=config.bootstrap_servers,
+            run_id=run,
+            table=table,
+            watermark_table=WATERMARK_TABLE,
+            watermark_topic=config.topic_for(WATERMARK_TABLE),
+            timeout=30,
+        )
+    assert cp.get_range(state, run, table).sealed is False
+
+
+def test_watermark_timeout_names_topic_id_and_what_to_check(config):
+    watermark_topic = config.topic_for(WATERMARK_TABLE)
+    began = time.monotonic()
+    with pytest.raises(cp.SealTimeout) as raised:
+        cp.wait_for_watermark(config.bootstrap_servers, watermark_topic, 10**15, timeout=3)
+    message = str(raised.value)
+    assert watermark_topic in message
+    assert str(10**15) in message
+    assert "connector" in message and "deadline" in message
+    assert time.monotonic() - began < 20
+
+
+def test_unreachable_database_and_broker_are_named():
+    with pytest.raises(cp.StateStoreUnavailable) as db:
+        cp.connect("host=127.0.0.1 port=1 dbname=state user=pipeline password=s3cret", connect_timeout=3)
+    assert "127.0.0.1:1/state" in str(db.value)
+    assert "s3cret" not in str(db.value)
+    with pytest.raises(cp.BrokerUnavailable, match=re.escape("127.0.0.1:1")):
+        cp.end_offsets("127.0.0.1:1", "cdc.public.customers", [0], timeout=3)
+    with pytest.raises(cp.BrokerUnavailable, match=re.escape("127.0.0.1:1")):
+        cp.wait_for_watermark("127.0.0.1:1", "cdc.public.cdc_watermark", 1, timeout=3)

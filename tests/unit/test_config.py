@@ -1,0 +1,39 @@
+"""The table configuration refuses what would reach SQL unchecked."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_reconcile.config import ConfigError, load_config, parse_config
+
+
+def test_the_shipped_configuration_loads():
+    config = load_config()
+    assert config.names == ["public.customers", "public.order_lines"]
+    assert config.table("public.order_lines").key == ("order_id", "line_no")
+    assert config.table("public.customers").topic == "cdc.public.customers"
+
+
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        ({}, "non-empty 'tables'"),
+        ({"tables": [{"name": "customers; DROP TABLE x", "key": ["id"]}]}, "schema.table"),
+        ({"tables": [{"name": "public.t", "key": []}]}, "primary-key columns"),
+        ({"tables": [{"name": "public.t", "key": ["id"]}, {"name": "public.t", "key": ["id"]}]}, "listed twice"),
+        ({"tables": [{"name": "public.t", "key": ["id) OR (1=1"]}]}, "primary-key columns"),
+    ],
+)
+def test_bad_configuration_is_refused_with_a_message(document, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(document)
+
+
+def test_unknown_table_is_refused():
+    with pytest.raises(ConfigError, match="not configured"):
+        load_config().table("public.secrets")
+
+
+def test_a_table_may_come_from_another_connector():
+    config = parse_config({"tables": [{"name": "public.big", "key": ["id"], "topic_prefix": "big"}]})
+    assert config.table("public.big").topic == "big.public.big"

@@ -1,0 +1,136 @@
+"""Point-in-time diff against a snapshot, and repair as events."""
+
+from __future__ import annotations
+
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from cdc_reconcile.compaction import fold_table, mark_duplicates, to_changelog
+from cdc_reconcile.diff import EXTRA, MISSING, STALE, diff_rows, lake_as_of, summarise, visible_changes
+from cdc_reconcile.repair import audit_rows, repair_events
+from cdc_reconcile.visibility import PgSnapshot
+
+from .test_compaction import KEY, SPEC, event, parsed
+
+COLUMNS = list(SPEC)
+# xmin 100, xmax 110, transaction 105 still in progress when the snapshot was taken
+SNAPSHOT = PgSnapshot(100, 110, (105,))
+
+
+def changelog_of(spark, rows):
+    changelog, quarantined = to_changelog(mark_duplicates(parsed(spark, rows)), SPEC, KEY)
+    assert quarantined.count() == 0
+    return changelog
+
+
+def source(spark, rows):
+    return spark.createDataFrame(rows, "id long, name string, qty int")
+
+
+def test_lake_as_of_the_snapshot_ignores_invisible_transactions(spark):
+    changelog = changelog_of(
+        spark,
+        [
+            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=101, lsn=11),
+            event(2, "u", 1, {"id": 1, "name": "a", "qty": 7}, {"id": 1}, txid=112, lsn=12),  # after xmax
+            event(3, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=105, lsn=13),  # in progress (xip)
+        ],
+    )
+    as_of = lake_as_of(changelog, SNAPSHOT, SPEC, KEY).select(*COLUMNS)
+    assertDataFrameEqual(as_of, source(spark, [(1, "a", 1), (2, "b", 2)]))
+    snapshot = source(spark, [(1, "a", 1), (2, "b", 2)])
+    assert diff_rows(as_of, snapshot, KEY, COLUMNS).count() == 0
+
+
+def test_32_bit_streamed_xids_are_compared_after_widening(spark):
+    epoch = 3 << 32
+    snapshot = PgSnapshot(epoch + 100, epoch + 110, ())
+    changelog = changelog_of(
+        spark,
+        [
+            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=99, lsn=10),  # 32-bit, before xmin
+            event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=111, lsn=11),  # 32-bit, after xmax
+        ],
+    )
+    as_of = lake_as_of(changelog, snapshot, SPEC, KEY).select(*COLUMNS)
+    assertDataFrameEqual(as_of, source(spark, [(1, "a", 1)]))
+
+
+def test_diff_names_missing_extra_and_stale_keys(spark):
+    lake = source(spark, [(1, "a", 1), (2, "b", 2), (4, None, 4)])
+    snapshot = source(spark, [(1, "a", 1), (2, "b", 3), (3, "c", 3), (4, "", 4)])
+    diff = diff_rows(lake, snapshot, KEY, COLUMNS)
+    assertDataFrameEqual(
+        diff.select("id", "kind"),
+        [Row(id=2, kind=STALE), Row(id=3, kind=MISSING), Row(id=4, kind=STALE)],
+    )
+    report = summarise(diff, lake, snapshot, KEY)
+    assert report.counts == {MISSING: 1, EXTRA: 0, STALE: 2}
+    assert report.samples[MISSING] == [{"id": 3}]
+    assert not report.clean
+    extra = diff_rows(snapshot, lake, KEY, COLUMNS)
+    assert {r["kind"] for r in extra.collect()} == {EXTRA, STALE}
+
+
+def test_repair_events_make_the_lake_equal_the_snapshot_and_later_events_still_win(spark):
+    changelog = changelog_of(
+        spark,
+        [
+            event(0, "c", 1, {"id": 1, "name": "lost-update", "qty": 1}, txid=90, lsn=10),
+            event(1, "c", 9, {"id": 9, "name": "ghost", "qty": 9}, txid=91, lsn=11),
+            # after the snapshot: a real change to key 1 that must win over the repair
+            event(2, "u", 1, {"id": 1, "name": "later", "qty": 5}, {"id": 1}, txid=120, lsn=20),
+        ],
+    )
+    snapshot = source(spark, [(1, "fixed", 2), (3, "never-arrived", 3)])
+    as_of = lake_as_of(changelog, SNAPSHOT, SPEC, KEY)
+    diff = diff_rows(as_of, snapshot, KEY, COLUMNS)
+    assert sorted((r["id"], r["kind"]) for r in diff.collect()) == [(1, STALE), (3, MISSING), (9, EXTRA)]
+
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), SPEC, KEY)
+    repaired = changelog.unionByName(repairs)
+    assert diff_rows(lake_as_of(repaired, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS).count() == 0
+    table = fold_table(repaired, SPEC, KEY).select(*COLUMNS)
+    assertDataFrameEqual(table, source(spark, [(1, "later", 5), (3, "never-arrived", 3)]))
+
+    again = diff_rows(lake_as_of(repaired, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS)
+    assert repair_events(again, snapshot, visible_changes(repaired, SNAPSHOT), SPEC, KEY).count() == 0
+
+    audit = audit_rows(diff, None, KEY, run_id="run-1", table_name="public.items", dry_run=False)
+    assert sorted((r["key"], r["kind"]) for r in audit.collect()) == [
+        ('{"id":1}', STALE),
+        ('{"id":3}', MISSING),
+        ('{"id":9}', EXTRA),
+    ]
+    assert all(r["after_hash"] is None for r in audit.collect() if r["kind"] == EXTRA)
+
+
+def test_repair_of_a_key_known_only_from_the_previous_table_is_placed_after_it(spark):
+    first = changelog_of(spark, [event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10)])
+    previous = fold_table(first, SPEC, KEY)
+    empty_range = first.limit(0)
+    snapshot = source(spark, [(1, "b", 2)])
+    as_of = lake_as_of(empty_range, SNAPSHOT, SPEC, KEY, previous=previous)
+    diff = diff_rows(as_of, snapshot, KEY, COLUMNS)
+    repairs = repair_events(diff, snapshot, visible_changes(empty_range, SNAPSHOT), SPEC, KEY, previous=previous)
+    assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(0, 0, 1)]
+    table = fold_table(repairs, SPEC, KEY, previous=previous).select(*COLUMNS)
+    assertDataFrameEqual(table, snapshot)
+
+
+def test_repair_events_never_reset_other_keys_like_a_snapshot_round(spark):
+    changelog = changelog_of(
+        spark,
+        [
+            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=91, lsn=11),
+            event(2, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=92, lsn=12),
+        ],
+    )
+    snapshot = source(spark, [(1, "a", 1), (2, "b", 2), (3, "c", 30)])
+    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS)
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), SPEC, KEY)
+    assert [(r["id"], r["op"], r["offset"]) for r in repairs.collect()] == [(3, "r", 2)]
+    repaired = lake_as_of(changelog.unionByName(repairs), SNAPSHOT, SPEC, KEY).select(*COLUMNS)
+    assertDataFrameEqual(repaired, snapshot)
