@@ -6,6 +6,7 @@ PostgreSQL, or from Kafka with a plain ``read_committed`` consumer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -127,8 +128,21 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     """Changes made while the table was out of the publication never reach Kafka: missing, stale, extra."""
     table = load_config().table("public.customers")
     pg.execute("INSERT INTO public.customers (name, balance) SELECT 'seed ' || g, g FROM generate_series(1, 20) g")
-    _, report, _ = run_once(spark, config, table, lake, "lost-0")
+    _, report, sealed = run_once(spark, config, table, lake, "lost-0")
     assert report.clean, report.as_dict()
+    table_lake = TableLake(lake, table.name)
+    written = _file_hashes(table_lake.base)
+    starting, ending = sealed.as_spark_json()
+    compact(
+        spark,
+        lake=table_lake,
+        run_id="lost-0",
+        key=table.key,
+        bootstrap=config.bootstrap_servers,
+        starting=starting,
+        ending=ending,
+    )
+    assert _file_hashes(table_lake.base) == written, "compacting the same range again rewrites identical datasets"
     with pg.transaction():
         stale_ids = [r[0] for r in pg.execute("SELECT id FROM public.customers ORDER BY id LIMIT 3")]
         extra_ids = [r[0] for r in pg.execute("SELECT id FROM public.customers ORDER BY id DESC LIMIT 2")]
@@ -151,7 +165,6 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     assert report.counts == {MISSING: 4, STALE: 3, EXTRA: 2}, report.as_dict()
     assert sorted(s["id"] for s in report.samples[MISSING]) == sorted(missing_ids)
 
-    table_lake = TableLake(lake, table.name)
     dry = reconcile(spark, lake=table_lake, run_id="lost-1", key=table.key, dry_run=True)
     assert dry["audit"] == {MISSING: 4, STALE: 3, EXTRA: 2} and dry["repair_events"] == 0
     assert not check(spark, lake=table_lake, run_id="lost-1", key=table.key)[0].clean
@@ -255,6 +268,15 @@ def test_worker_killed_during_initial_snapshot_yields_counted_snapshot_reruns(st
                 "SELECT pg_drop_replication_slot('cdc_big') WHERE EXISTS "
                 "(SELECT 1 FROM pg_replication_slots WHERE slot_name = 'cdc_big' AND NOT active)"
             )
+
+
+def _file_hashes(base: Path) -> dict[str, str]:
+    """Every data and metadata file of a table's datasets (staging excluded) with its SHA-256."""
+    return {
+        str(path.relative_to(base)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(base.rglob("*"))
+        if path.is_file() and "_staging" not in path.parts and path.suffix in (".parquet", ".json")
+    }
 
 
 def _high_watermark(bootstrap: str, topic: str) -> int:
