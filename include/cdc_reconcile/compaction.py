@@ -37,7 +37,17 @@ SNAPSHOT_RERUN = "snapshot_rerun"
 ORIGIN_DEBEZIUM = "debezium"
 ORIGIN_RECONCILE = "reconcile"
 IDENTITY = ("key", "op", "source_txid", "source_lsn")
-CDC_COLUMNS = ("_cdc_op", "_cdc_partition", "_cdc_offset", "_cdc_sub", "_cdc_txid", "_cdc_lsn", "_cdc_origin")
+# lake-table metadata column -> the changelog column it keeps
+CDC_FIELDS = {
+    "_cdc_op": "op",
+    "_cdc_partition": "partition",
+    "_cdc_offset": "offset",
+    "_cdc_sub": "sub",
+    "_cdc_txid": "source_txid",
+    "_cdc_lsn": "source_lsn",
+    "_cdc_origin": "origin",
+}
+CDC_COLUMNS = tuple(CDC_FIELDS)
 
 
 def change_events(parsed: DataFrame) -> DataFrame:
@@ -59,15 +69,16 @@ def mark_duplicates(events: DataFrame, history: DataFrame | None = None) -> Data
     first_seen = Window.partitionBy(*IDENTITY).orderBy("partition", "offset")
     ranked = current.withColumn("_copy", F.row_number().over(first_seen))
     is_snapshot = F.col("op") == "r"
-    rounds_before = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
-    other_round = F.array_remove(
-        F.collect_set(F.when(is_snapshot & (F.col("_copy") == 1), F.col("source_txid"))).over(rounds_before),
-        F.col("source_txid"),
+    # Snapshot rounds follow one another in the log, so an r event re-runs an earlier round exactly
+    # when the key's first snapshot read came from another snapshot transaction.
+    so_far = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, 0)
+    first_round = F.first(F.when(is_snapshot & (F.col("_copy") == 1), F.col("source_txid")), ignorenulls=True).over(
+        so_far
     )
     classified = ranked.withColumn(
         "duplicate_class",
         F.when(F.col("_copy") > 1, F.lit(REDELIVERY))
-        .when(is_snapshot & (F.size(other_round) > 0), F.lit(SNAPSHOT_RERUN))
+        .when(is_snapshot & (first_round != F.col("source_txid")), F.lit(SNAPSHOT_RERUN))
         .otherwise(F.lit(None).cast("string")),
     )
     return classified.filter("_new").drop("_new", "_copy")
@@ -159,13 +170,7 @@ def table_as_changelog(table: DataFrame, spec: TableSpec, key: Sequence[str]) ->
     )
     return table.select(
         *(F.col(k) for k in key),
-        F.col("_cdc_op").alias("op"),
-        F.col("_cdc_partition").alias("partition"),
-        F.col("_cdc_offset").alias("offset"),
-        F.col("_cdc_sub").alias("sub"),
-        F.col("_cdc_txid").alias("source_txid"),
-        F.col("_cdc_lsn").alias("source_lsn"),
-        F.col("_cdc_origin").alias("origin"),
+        *(F.col(lake).alias(change) for lake, change in CDC_FIELDS.items()),
         after.alias("after_row"),
     )
 
@@ -213,13 +218,7 @@ def fold_table(
     state = events.select(
         *key,
         *filled,
-        F.col("op").alias("_cdc_op"),
-        F.col("partition").alias("_cdc_partition"),
-        F.col("offset").alias("_cdc_offset"),
-        F.col("sub").alias("_cdc_sub"),
-        F.col("source_txid").alias("_cdc_txid"),
-        F.col("source_lsn").alias("_cdc_lsn"),
-        F.col("origin").alias("_cdc_origin"),
+        *(F.col(change).alias(lake) for lake, change in CDC_FIELDS.items()),
         F.row_number().over(latest).alias("_rank"),
     )
     ordered = [c for c in spec] + list(CDC_COLUMNS)

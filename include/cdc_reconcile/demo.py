@@ -22,7 +22,10 @@ from .stack import Stack, StackError
 from .stack.topics import read_topic, unwrap
 
 
-def _tail(bootstrap: str, topics: list[str], stop: threading.Event, show: int, seen: Counter) -> None:
+def _tail(
+    bootstrap: str, topics: list[str], ready: threading.Event, stop: threading.Event, show: int, seen: Counter
+) -> None:
+    """Print the first ``show`` events as they arrive; count all of them until ``stop``."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -33,7 +36,7 @@ def _tail(bootstrap: str, topics: list[str], stop: threading.Event, show: int, s
             "log_level": 0,
         }
     )
-    consumer.subscribe(topics)
+    consumer.subscribe(topics, on_assign=lambda _consumer, _partitions: ready.set())
     printed = 0
     try:
         while not stop.is_set():
@@ -78,15 +81,18 @@ def main(argv: list[str] | None = None) -> int:
 
     tables = ("public.customers", "public.order_lines")
     topics = [config.topic_for(t) for t in tables]
-    stop = threading.Event()
+    ready, stop = threading.Event(), threading.Event()
     seen: Counter = Counter()
-    tail = threading.Thread(target=_tail, args=(config.bootstrap_servers, topics, stop, args.show, seen))
+    tail = threading.Thread(target=_tail, args=(config.bootstrap_servers, topics, ready, stop, args.show, seen))
     tail.start()
-    time.sleep(2)  # the tail consumer starts at the latest offset; let it join before writes begin
+    if not ready.wait(timeout=60):  # the tail starts at the latest offset: writes before it joins are not shown
+        print("warning: the live consumer got no partitions within 60 s; events will still be counted below")
     print(f"== loader: {args.rate:.0f} ops/s for {args.duration:.0f}s; events as they arrive in Kafka:")
     stats: LoadStats = run_loader(config.pg_dsn, rate=args.rate, duration=args.duration, seed=int(time.time()))
     print(f"   loader committed {stats.summary()}")
-    time.sleep(3)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sum(seen.values()) < stats.total():
+        time.sleep(0.2)  # polling the live consumer's progress, bounded by the deadline
     stop.set()
     tail.join()
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -132,14 +132,14 @@ class DiffReport:
 def summarise(
     diff: DataFrame, lake: DataFrame, source: DataFrame, key: Sequence[str], *, sample_size: int = 5
 ) -> DiffReport:
-    """Counts by kind with a few sample keys each, in a handful of small actions."""
+    """Counts by kind with the first ``sample_size`` keys of each kind, in a fixed number of actions."""
     counts = {MISSING: 0, EXTRA: 0, STALE: 0}
     counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
-    samples = {}
-    for kind in (MISSING, EXTRA, STALE):
-        if counts[kind]:
-            rows = diff.filter(F.col("kind") == kind).select(*key).orderBy(*key).limit(sample_size).collect()
-            samples[kind] = [row.asDict() for row in rows]
+    first_keys = Window.partitionBy("kind").orderBy(*key)
+    picked = diff.withColumn("_n", F.row_number().over(first_keys)).filter(F.col("_n") <= sample_size)
+    samples: dict[str, list[dict[str, Any]]] = {}
+    for row in picked.orderBy("kind", *key).collect():
+        samples.setdefault(row["kind"], []).append({k: row[k] for k in key})
     return DiffReport(
         lake_rows=lake.count(),
         source_rows=source.count(),

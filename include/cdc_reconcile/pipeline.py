@@ -9,6 +9,7 @@ Lake layout per table (``<lake_root>/<schema.table>/``):
 * ``events/range=<run>``: bronze, every Kafka record of the run's offset range, parsed;
 * ``quarantine/range=<run>``: records that could not be parsed or decoded, with the reason;
 * ``changelog/range=<run>``: typed changes, redeliveries removed;
+* ``duplicates/range=<run>``: every duplicate event of the range, by class (the audit's source);
 * ``repairs/range=<run>``: repair events written by ``reconcile``;
 * ``table/v=<run>``: the lake copy, the fold of the changelog (manifest-switched);
 * ``snapshot/v=<run>``: the source snapshot and its metadata (written by ``snapshot``).
@@ -16,6 +17,7 @@ Lake layout per table (``<lake_root>/<schema.table>/``):
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from . import storage
 from .compaction import (
@@ -74,6 +77,10 @@ class TableLake:
         return self.base / "changelog"
 
     @property
+    def duplicates(self) -> Path:
+        return self.base / "duplicates"
+
+    @property
     def repairs(self) -> Path:
         return self.base / "repairs"
 
@@ -106,8 +113,6 @@ def read_kafka_range(spark: SparkSession, bootstrap: str, starting: str, ending:
 
 
 def _assign_json(starting: str) -> str:
-    import json
-
     offsets = json.loads(starting)
     return json.dumps({topic: sorted(int(p) for p in parts) for topic, parts in offsets.items()})
 
@@ -174,6 +179,10 @@ def compact(
     quarantined = bad_records.unionByName(undecodable)
     storage.replace_partition(quarantined, lake.quarantine, _version(run_id), sort_by=["partition", "offset"])
     storage.replace_partition(changelog, lake.changelog, _version(run_id), sort_by=["partition", "offset"])
+    duplicates = marked.filter(F.col("duplicate_class").isNotNull()).select(
+        "key", "partition", "offset", "op", "source_txid", "source_lsn", "duplicate_class"
+    )
+    storage.replace_partition(duplicates, lake.duplicates, _version(run_id), sort_by=["partition", "offset"])
 
     table, previous_version = _fold_run(spark, lake, run_id, spec, key)
     storage.publish(
@@ -185,7 +194,7 @@ def compact(
         "records": tagged.count(),
         "quarantined": storage.read_partitions(spark, lake.quarantine, [_version(run_id)]).count(),
         "changes": marked.count(),
-        "duplicates": duplicate_counts(marked),
+        "duplicates": duplicate_counts(storage.read_partitions(spark, lake.duplicates, [_version(run_id)])),
         "table_rows": storage.read_current(spark, lake.table).count(),
         "seconds": round(time.monotonic() - began, 2),
     }
@@ -232,7 +241,9 @@ def check(
     source = _source(spark, lake, run_id)
     as_of = lake_as_of(changelog, snapshot, spec, key, previous=previous, history=history).persist()
     diff = diff_rows(as_of, source, key, list(spec)).persist()
-    return summarise(diff, as_of, source, key), diff
+    report = summarise(diff, as_of, source, key)
+    as_of.unpersist()
+    return report, diff
 
 
 def reconcile(
@@ -255,14 +266,8 @@ def reconcile(
     previous, _ = previous_table(spark, lake, run_id)
     source = _source(spark, lake, run_id)
     repairs = repair_events(diff, source, visible_changes(base, snapshot), spec, key, previous=previous)
-    duplicates = storage.read_partitions(spark, lake.events, [_version(run_id)])
-    marked = None
-    if duplicates is not None:
-        history = _history(spark, lake.events, run_id, [*IDENTITY, "partition", "offset", "is_tombstone"])
-        if history is not None:
-            history = change_events(history).drop("is_tombstone")
-        marked = mark_duplicates(change_events(duplicates), history)
-    audit = audit_rows(diff, marked, key, run_id=run_id, table_name=lake.name, dry_run=dry_run)
+    duplicates = storage.read_partitions(spark, lake.duplicates, [_version(run_id)])
+    audit = audit_rows(diff, duplicates, key, run_id=run_id, table_name=lake.name, dry_run=dry_run)
     storage.replace_partition(audit, lake.audit, _version(run_id), sort_by=["kind", "key"])
     if not dry_run:
         storage.replace_partition(repairs, lake.repairs, _version(run_id), sort_by=list(key))
@@ -270,6 +275,7 @@ def reconcile(
         storage.publish(
             table, lake.table, _version(run_id), sort_by=list(key), metadata={"previous_version": previous_version}
         )
+    diff.unpersist()
     audit_written = storage.read_partitions(spark, lake.audit, [_version(run_id)])
     by_kind = {r["kind"]: r["count"] for r in audit_written.groupBy("kind").count().collect()}
     return {

@@ -84,6 +84,23 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
+def take_snapshot(spark, config: StackConfig, table, lake: Path, run_id: str, partitions: int = 4):
+    """The snapshot job's library call against the test stack's database."""
+    from cdc_reconcile.snapshot import snapshot_table
+
+    return snapshot_table(
+        spark,
+        table,
+        dsn=config.pg_dsn,
+        jdbc_url=config.pg_jdbc_url,
+        user=config.pg_user,
+        password=config.pg_password,
+        lake_root=lake,
+        run_id=run_id,
+        partitions=partitions,
+    )
+
+
 def eventually(check: Callable[[], object], *, timeout: float, what: str, interval: float = 0.5) -> object:
     """Return ``check()``'s first truthy result; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -22,11 +22,10 @@ from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
 from cdc_reconcile.loader import run_loader
 from cdc_reconcile.pipeline import TableLake, check, compact, reconcile
-from cdc_reconcile.snapshot import snapshot_table
 from cdc_reconcile.stack.connect import connector_config
 from cdc_reconcile.stack.topics import read_topic, unwrap
 
-from .conftest import eventually
+from .conftest import eventually, take_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -48,17 +47,7 @@ def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, wate
         checkpoints.open_range(
             conn, run_id, table.name, table.topic, checkpoints.list_partitions(bootstrap, table.topic)
         )
-        result = snapshot_table(
-            spark,
-            table,
-            dsn=config.pg_dsn,
-            jdbc_url=config.pg_jdbc_url,
-            user=config.pg_user,
-            password=config.pg_password,
-            lake_root=lake,
-            run_id=run_id,
-            partitions=2,
-        )
+        result = take_snapshot(spark, config, table, lake, run_id, partitions=2)
         meta = result.metadata
         checkpoints.record_snapshot(
             conn,

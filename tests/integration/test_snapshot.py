@@ -27,6 +27,7 @@ from cdc_reconcile.config import ConfigError, TableConfig, load_config
 from cdc_reconcile.stack.config import REPO_ROOT
 
 from .conftest import eventually
+from .conftest import take_snapshot as take
 
 pytestmark = pytest.mark.integration
 
@@ -38,20 +39,6 @@ CUSTOMERS_AS_SPARK_READS_THEM = "SELECT id, name, email, balance, attrs::text, u
 @pytest.fixture(scope="module")
 def tables() -> dict[str, TableConfig]:
     return {t.name: t for t in load_config().tables}
-
-
-def take(spark, config, table: TableConfig, lake: Path, run_id: str, partitions: int = 4) -> snap_mod.SnapshotResult:
-    return snap_mod.snapshot_table(
-        spark,
-        table,
-        dsn=config.pg_dsn,
-        jdbc_url=config.pg_jdbc_url,
-        user=config.pg_user,
-        password=config.pg_password,
-        lake_root=lake,
-        run_id=run_id,
-        partitions=partitions,
-    )
 
 
 def read_args(config) -> dict:

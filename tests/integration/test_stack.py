@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from cdc_reconcile.loader import run_loader
+from cdc_reconcile.stack.process import pid_alive
 from cdc_reconcile.stack.topics import high_watermarks, read_topic, unwrap
 
 from .conftest import eventually
@@ -225,15 +226,9 @@ def test_up_is_idempotent_and_down_leaves_nothing(stack, config, stack_env):
     assert stack.leftover_pids() == []
     still_running = subprocess.run(["pgrep", "-f", config.run_dir.as_posix()], capture_output=True, text=True)
     assert still_running.stdout.strip() == "", f"processes left behind: {still_running.stdout}"
-    assert all(not _alive(pid) for pid in postgres_pids + list(pids_before.values()))
+    assert all(not pid_alive(pid) for pid in postgres_pids + list(pids_before.values()))
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(config.pg_dsn, connect_timeout=2)
 
     stack.up()
     assert stack.connect.connector_running(config.connector_name)
-
-
-def _alive(pid: int) -> bool:
-    from cdc_reconcile.stack.process import pid_alive
-
-    return pid_alive(pid)

@@ -5,6 +5,7 @@ Imported by the command line, the demo and the tests; the pipeline itself never 
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -67,8 +68,6 @@ class Stack:
         if self.postgres.stop():
             stopped.append("postgres")
         if destroy:
-            import shutil
-
             self.postgres.destroy()
             shutil.rmtree(self.config.run_dir, ignore_errors=True)
         return stopped
