@@ -20,7 +20,7 @@ from cdc_reconcile.spark import build_session
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--table", required=True, help="schema.table, as configured in tables.yaml")
+    parser.add_argument("--table", required=True, help="schema.table, as in the table configuration")
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--lake-root", required=True)
     parser.add_argument("--bootstrap-servers", required=True)

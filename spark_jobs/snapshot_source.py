@@ -55,7 +55,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fetch-size", type=_positive, default=DEFAULT_FETCH_SIZE, help="JDBC fetchsize (> 0)")
     parser.add_argument("--output-files", type=_positive, default=1, help="Parquet files per snapshot version")
     parser.add_argument("--keep", type=_positive, default=None, help="prune to this many snapshot versions")
-    parser.add_argument("--tables-config", default=None, help="tables.yaml to use (default: $CDC_TABLES_CONFIG)")
+    parser.add_argument(
+        "--tables-config",
+        default=None,
+        help="YAML table configuration (default: $CDC_TABLES_CONFIG, else the packaged tables.py)",
+    )
     parser.add_argument("--master", default=None, help="Spark master when not run by spark-submit")
     return parser.parse_args(argv)
 

@@ -1,10 +1,11 @@
 """From Debezium events to the changelog and the lake table (DESIGN.md sections 4 and 5).
 
 * ``mark_duplicates`` names every duplicate by cause. A *redelivery* is the same change (key, op,
-  ``source.txId``, ``source.lsn``) at a later offset; it is dropped from the changelog. A *snapshot
-  re-run* is an ``r`` event for a key that an earlier snapshot round (another snapshot transaction)
-  already emitted; it stays in the changelog, because the newer round holds the newer state, and it is
-  counted.
+  ``source.txId``, ``source.lsn``) at a later offset. A *snapshot re-run* is an ``r`` event for a key
+  that an earlier snapshot round (another snapshot transaction) already emitted; the newer round holds
+  the newer state. Both land in the changelog flagged by ``duplicate_class``, as Kafka delivered them:
+  the suite's event-uniqueness expectation fails on them and repair drops them (``repair``), so a
+  downstream reader of the changelog sees every change exactly once after the run.
 * ``fold_table`` folds each key's events in emission order: Kafka offset within the key's partition
   (Debezium emits in commit order; ``source.lsn`` alone is wrong, see DESIGN.md section 5), then a
   sub-position so that repair events sit right after the offset they were placed at. A snapshot round
@@ -84,6 +85,11 @@ def mark_duplicates(events: DataFrame, history: DataFrame | None = None) -> Data
     return classified.filter("_new").drop("_new", "_copy")
 
 
+def without_redeliveries(changes: DataFrame) -> DataFrame:
+    """The changes a fold applies: a redelivered event replayed at its later offset would roll a row back."""
+    return changes.filter(F.col("duplicate_class").isNull() | (F.col("duplicate_class") != REDELIVERY))
+
+
 def duplicate_counts(marked: DataFrame) -> dict[str, int]:
     """Duplicates of this range by class (one small action)."""
     rows = marked.filter(F.col("duplicate_class").isNotNull()).groupBy("duplicate_class").count().collect()
@@ -100,13 +106,12 @@ def key_columns(key: Sequence[str], *images: str) -> list[Column]:
 def decode_changes(
     marked: DataFrame, spec: TableSpec, key: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
 ) -> DataFrame:
-    """Typed changes with ``decode_errors``; redeliveries removed.
+    """Typed changes with ``decode_errors``, duplicates included and flagged.
 
     Only deletes need their before-image (for the key); other events' before-images are not decoded,
     which halves the cost with REPLICA IDENTITY FULL.
     """
-    kept = marked.filter(F.col("duplicate_class").isNull() | (F.col("duplicate_class") != REDELIVERY))
-    kept = kept.withColumn("before", F.when(F.col("op") == "d", F.col("before")))
+    kept = marked.withColumn("before", F.when(F.col("op") == "d", F.col("before")))
     return tag_decode_errors(kept, spec, options)
 
 
@@ -134,7 +139,7 @@ def changelog_rows(decoded: DataFrame, key: Sequence[str]) -> tuple[DataFrame, D
 def to_changelog(
     marked: DataFrame, spec: TableSpec, key: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
 ) -> tuple[DataFrame, DataFrame]:
-    """Typed changelog rows (redeliveries removed) and the events that could not be decoded."""
+    """Typed changelog rows (duplicates flagged) and the events that could not be decoded."""
     return changelog_rows(decode_changes(marked, spec, key, options), key)
 
 
@@ -186,10 +191,11 @@ def fold_table(
     """Latest state per key, deletes removed: the lake table.
 
     ``previous`` is the lake table of the last run (folded incrementally: its rows come before every
-    new event of their key); ``resets`` comes from :func:`snapshot_resets`.
+    new event of their key); ``resets`` comes from :func:`snapshot_resets`. Redeliveries still in the
+    changelog (before repair) are skipped.
     """
     columns = ["op", "partition", "offset", "sub", "source_txid", "source_lsn", "origin", "after_row"]
-    events = changelog.select(*key, *columns)
+    events = without_redeliveries(changelog).select(*key, *columns)
     if previous is not None:
         events = events.unionByName(table_as_changelog(previous, spec, key).select(*key, *columns))
     if resets is not None:

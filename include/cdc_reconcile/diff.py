@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .compaction import ORIGIN_RECONCILE, fold_table, snapshot_resets
+from .compaction import ORIGIN_RECONCILE, fold_table, snapshot_resets, without_redeliveries
 from .debezium import TableSpec
 from .visibility import PgSnapshot, visible_in_snapshot
 
@@ -48,7 +48,9 @@ def row_hash(df: DataFrame, columns: Sequence[str]) -> Column:
 def visible_changes(changelog: DataFrame, snapshot: PgSnapshot) -> DataFrame:
     """Changelog rows the snapshot saw: visible transactions, snapshot reads, and earlier repairs."""
     seen = visible_in_snapshot("source_txid", snapshot, "op")
-    return changelog.filter(F.coalesce(seen, F.lit(False)) | (F.col("origin") == ORIGIN_RECONCILE))
+    return without_redeliveries(changelog).filter(
+        F.coalesce(seen, F.lit(False)) | (F.col("origin") == ORIGIN_RECONCILE)
+    )
 
 
 def lake_as_of(

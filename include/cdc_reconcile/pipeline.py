@@ -8,7 +8,7 @@ Lake layout per table (``<lake_root>/<schema.table>/``):
 
 * ``events/range=<run>``: bronze, every Kafka record of the run's offset range, parsed;
 * ``quarantine/range=<run>``: records that could not be parsed or decoded, with the reason;
-* ``changelog/range=<run>``: typed changes, redeliveries removed;
+* ``changelog/range=<run>``: typed changes as Kafka delivered them, duplicates flagged until repair;
 * ``duplicates/range=<run>``: every duplicate event of the range, by class (the audit's source);
 * ``repairs/range=<run>``: repair events written by ``reconcile``;
 * ``table/v=<run>``: the lake copy, the fold of the changelog (manifest-switched);
@@ -40,7 +40,7 @@ from .compaction import (
 )
 from .debezium import DecodeOptions, split_envelopes, tag_envelopes
 from .diff import DiffReport, diff_rows, lake_as_of, summarise, visible_changes
-from .repair import audit_rows, repair_events
+from .repair import audit_rows, repair_events, resolve_duplicates
 from .visibility import PgSnapshot
 
 
@@ -254,7 +254,7 @@ def reconcile(
     key: Sequence[str],
     dry_run: bool = False,
 ) -> dict[str, Any]:
-    """Repair events for every difference, the table re-folded, and the audit rows.
+    """Repair events for every difference, duplicates dropped from the changelog, the table re-folded.
 
     The diff is taken without this run's earlier repairs, so running reconcile again writes the same
     repairs, not none. ``dry_run`` computes and returns the audit but writes no repair.
@@ -271,6 +271,8 @@ def reconcile(
     storage.replace_partition(audit, lake.audit, _version(run_id), sort_by=["kind", "key"])
     if not dry_run:
         storage.replace_partition(repairs, lake.repairs, _version(run_id), sort_by=list(key))
+        resolved = resolve_duplicates(base)
+        storage.replace_partition(resolved, lake.changelog, _version(run_id), sort_by=["partition", "offset"])
         table, previous_version = _fold_run(spark, lake, run_id, spec, key)
         storage.publish(
             table, lake.table, _version(run_id), sort_by=list(key), metadata={"previous_version": previous_version}

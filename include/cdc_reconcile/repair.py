@@ -4,21 +4,44 @@ Each difference found against the snapshot becomes one changelog row with origin
 snapshot's row (op ``r``) for a missing or stale key, a delete (op ``d``) for an extra one. It is
 placed right after the key's last event that the snapshot saw (sub-position 1 at that offset), so
 events the snapshot did not see yet still come after it and win. The lake table stays the fold of
-the changelog. Every repaired key, and every duplicate dropped or counted, is one audit row.
+the changelog. Duplicates are dropped from the changelog (``resolve_duplicates``); ``events`` and
+``duplicates`` keep them for the audit. Every repaired key and every duplicate is one audit row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from .compaction import ORIGIN_RECONCILE, REDELIVERY, SNAPSHOT_RERUN
+from .compaction import ORIGIN_DEBEZIUM, ORIGIN_RECONCILE, REDELIVERY, SNAPSHOT_RERUN, without_redeliveries
 from .debezium import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD, TableSpec
 from .diff import EXTRA, MISSING, STALE, conform
 
 AUDIT_COLUMNS = ("run_id", "table_name", "key", "kind", "before_hash", "after_hash", "dry_run")
+
+
+def resolve_duplicates(changelog: DataFrame) -> DataFrame:
+    """The changelog with every change once: redeliveries dropped, re-read keys keep only the newest round.
+
+    A key read by two snapshot rounds keeps the read of the round it was read by last (the newer
+    state); the older round's read is the duplicate. The fold gives the same table before and after,
+    because a newer round already resets its partition; what changes is that a reader of the changelog
+    no longer sees a change twice.
+    """
+    kept = without_redeliveries(changelog)
+    snapshot_read = (F.col("op") == "r") & (F.col("origin") == ORIGIN_DEBEZIUM)
+    per_key = Window.partitionBy("key")
+    newest_round = F.max_by(F.when(snapshot_read, F.col("source_txid")), F.when(snapshot_read, F.col("offset")))
+    kept = kept.withColumn("_newest_round", newest_round.over(per_key))
+    superseded = snapshot_read & (F.col("source_txid") != F.col("_newest_round"))
+    return (
+        kept.filter(~superseded)
+        .drop("_newest_round")
+        .withColumn("duplicate_class", F.lit(None).cast("string"))
+        .select(*changelog.columns)
+    )
 
 
 def last_visible_positions(visible: DataFrame, key: Sequence[str]) -> DataFrame:

@@ -227,7 +227,7 @@ def _catalog(conn: psycopg.Connection, table: TableConfig) -> tuple[int, tuple[S
     if not found:
         raise SnapshotError(
             f"table {table.name} does not exist in database {conn.info.dbname}; "
-            "create it or remove it from the table configuration (tables.yaml)"
+            "create it or remove it from the table configuration (cdc_reconcile/config/tables.py)"
         )
     oid, relkind = found[0][0], found[0][1]
     if relkind not in READABLE_RELKINDS:
@@ -238,7 +238,7 @@ def _catalog(conn: psycopg.Connection, table: TableConfig) -> tuple[int, tuple[S
     if missing:
         raise SnapshotError(
             f"table {table.name} has no column(s) {', '.join(missing)} of the configured key "
-            f"{list(table.key)}; its columns are {names}. Fix 'key' for {table.name} in tables.yaml"
+            f"{list(table.key)}; its columns are {names}. Fix 'key' for {table.name} in the table configuration"
         )
     if relkind in ("r", "p"):
         unique = {tuple(cols) for (cols,) in conn.execute(_UNIQUE_KEYS_SQL, (oid,)).fetchall()}
@@ -246,7 +246,7 @@ def _catalog(conn: psycopg.Connection, table: TableConfig) -> tuple[int, tuple[S
             raise SnapshotError(
                 f"the configured key {list(table.key)} of {table.name} is not its primary key or a unique "
                 f"index, so rows cannot be matched by it; unique keys: {sorted(list(u) for u in unique)}. "
-                "Fix 'key' in tables.yaml or add the constraint"
+                "Fix 'key' in the table configuration or add the constraint"
             )
     if not conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (oid,)).fetchone()[0]:
         raise SnapshotError(f"user {conn.info.user} may not SELECT from {table.name}; GRANT SELECT ON {table.name}")

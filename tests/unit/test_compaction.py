@@ -21,6 +21,7 @@ from cdc_reconcile.compaction import (
     to_changelog,
 )
 from cdc_reconcile.debezium import UNAVAILABLE_VALUE, parse_envelopes
+from cdc_reconcile.repair import resolve_duplicates
 
 TOPIC = "cdc.public.items"
 SPEC = {"id": "bigint", "name": "text", "qty": "integer"}
@@ -117,6 +118,39 @@ def test_redeliveries_out_of_order_are_dropped_and_counted(spark):
     dupes = marked.filter(F.col("duplicate_class").isNotNull()).select("offset", "duplicate_class")
     assertDataFrameEqual(dupes, [Row(offset=2, duplicate_class=REDELIVERY), Row(offset=3, duplicate_class=REDELIVERY)])
     assertDataFrameEqual(state(result), table(spark, [(1, "c", 3)]))
+
+
+def test_the_changelog_keeps_duplicates_flagged_until_repair_drops_them(spark):
+    rows = [
+        event(0, "r", 1, {"id": 1, "name": "old", "qty": 1}, snapshot="first", txid=50, lsn=900),
+        event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="true", txid=50, lsn=900),
+        event(2, "r", 1, {"id": 1, "name": "new", "qty": 5}, snapshot="last", txid=60, lsn=950),
+        event(3, "u", 2, {"id": 2, "name": "b2", "qty": 3}, {"id": 2}, txid=61, lsn=960),
+        event(4, "u", 2, {"id": 2, "name": "b2", "qty": 3}, {"id": 2}, txid=61, lsn=960),
+    ]
+    changelog, _ = to_changelog(mark_duplicates(parsed(spark, rows)), SPEC, KEY)
+    flagged = changelog.select("offset", "duplicate_class")
+    assertDataFrameEqual(
+        flagged,
+        [
+            Row(offset=0, duplicate_class=None),
+            Row(offset=1, duplicate_class=None),
+            Row(offset=2, duplicate_class=SNAPSHOT_RERUN),
+            Row(offset=3, duplicate_class=None),
+            Row(offset=4, duplicate_class=REDELIVERY),
+        ],
+    )
+    resolved = resolve_duplicates(changelog)
+    # the superseded read of key 1 (older round) and the redelivery go; nothing stays flagged
+    assertDataFrameEqual(
+        resolved.select("offset", "duplicate_class"),
+        [Row(offset=o, duplicate_class=None) for o in (1, 2, 3)],
+    )
+    before = fold_table(changelog, SPEC, KEY, resets=snapshot_resets(changelog))
+    after = fold_table(resolved, SPEC, KEY, resets=snapshot_resets(resolved))
+    assertDataFrameEqual(state(after), state(before))
+    assertDataFrameEqual(state(after), table(spark, [(1, "new", 5), (2, "b2", 3)]))
+    assertDataFrameEqual(resolve_duplicates(resolved), resolved)
 
 
 def test_a_redelivery_of_an_event_from_an_earlier_range_is_recognised(spark):

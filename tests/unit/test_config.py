@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_reconcile.config import ConfigError, load_config, parse_config
+from cdc_reconcile.config import ConfigError, default_config, load_config, parse_config
 
 
 def test_the_shipped_configuration_loads():
@@ -37,3 +37,18 @@ def test_unknown_table_is_refused():
 def test_a_table_may_come_from_another_connector():
     config = parse_config({"tables": [{"name": "public.big", "key": ["id"], "topic_prefix": "big"}]})
     assert config.table("public.big").topic == "big.public.big"
+
+
+def test_a_yaml_file_of_the_same_shape_overrides_the_default(tmp_path, monkeypatch):
+    path = tmp_path / "tables.yaml"
+    path.write_text("topic_prefix: shop\ntables:\n  - name: sales.orders\n    key: [order_id]\n")
+    monkeypatch.setenv("CDC_TABLES_CONFIG", str(path))
+    config = load_config()
+    assert config.names == ["sales.orders"]
+    assert config.table("sales.orders").topic == "shop.sales.orders"
+    assert default_config().names == ["public.customers", "public.order_lines"]
+
+
+def test_an_unreadable_configuration_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
+        load_config(tmp_path / "nope.yaml")

@@ -1,7 +1,8 @@
 """Table configuration: which tables are reconciled, their keys, and their Debezium topics.
 
-Loaded from ``tables.yaml`` beside this file, or from the path in ``CDC_TABLES_CONFIG``. Only names
-that appear here ever reach SQL, and each is checked to be a plain ``schema.table`` identifier.
+The default is ``tables.py`` beside this file (configuration as code); ``CDC_TABLES_CONFIG`` or a
+path may name a YAML file of the same shape instead. Only names that appear in the configuration
+ever reach SQL, and each is checked to be a plain ``schema.table`` identifier.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -64,7 +64,10 @@ def _check_name(name: object, where: str) -> str:
     return name
 
 
-def parse_config(document: dict, source: str = "tables.yaml") -> PipelineConfig:
+DEFAULT_SOURCE = "cdc_reconcile/config/tables.py"
+
+
+def parse_config(document: dict, source: str = DEFAULT_SOURCE) -> PipelineConfig:
     if not isinstance(document, dict) or not isinstance(document.get("tables"), list) or not document["tables"]:
         raise ConfigError(f"{source}: needs a non-empty 'tables' list")
     prefix = document.get("topic_prefix", "cdc")
@@ -90,15 +93,23 @@ def parse_config(document: dict, source: str = "tables.yaml") -> PipelineConfig:
     return PipelineConfig(tables=tuple(tables), topic_prefix=prefix, watermark_table=watermark)
 
 
+def default_config() -> PipelineConfig:
+    """The shipped configuration; reads no file, so a DAG may call it while it is parsed."""
+    from .tables import TABLES
+
+    return parse_config(TABLES, DEFAULT_SOURCE)
+
+
 def load_config(path: str | Path | None = None) -> PipelineConfig:
-    """Read the table configuration (called at task run time, never at DAG parse time)."""
+    """The configuration a job runs with: the YAML file at ``path`` or ``$CDC_TABLES_CONFIG``, else the default."""
     path = path or os.environ.get("CDC_TABLES_CONFIG")
-    if path:
+    if not path:
+        return default_config()
+    source = str(path)
+    try:
         text = Path(path).read_text()
-        source = str(path)
-    else:
-        text = resources.files("cdc_reconcile").joinpath("config/tables.yaml").read_text()
-        source = "tables.yaml"
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the table configuration: {exc.strerror}") from exc
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
