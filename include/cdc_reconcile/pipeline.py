@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from . import storage
 from .compaction import (
+    CDC_COLUMNS,
     IDENTITY,
     change_events,
     changelog_rows,
@@ -39,8 +40,9 @@ from .compaction import (
     snapshot_resets,
 )
 from .debezium import DecodeOptions, split_envelopes, tag_envelopes
-from .diff import DiffReport, diff_rows, lake_as_of, summarise, visible_changes
+from .diff import EXTRA, MISSING, STALE, DiffReport, diff_rows, lake_as_of, summarise, visible_changes
 from .repair import audit_rows, repair_events, resolve_duplicates
+from .suite import DIFFERENCE_COLUMNS, SuiteOutcome, run_suite
 from .visibility import PgSnapshot
 
 
@@ -289,3 +291,45 @@ def reconcile(
         "repair_events": 0 if dry_run else storage.read_partitions(spark, lake.repairs, [_version(run_id)]).count(),
         "seconds": round(time.monotonic() - began, 2),
     }
+
+
+def _key_text(key: Sequence[str]):
+    return F.to_json(F.struct(*(F.col(k) for k in key)))
+
+
+def validate(
+    spark: SparkSession, *, lake: TableLake, run_id: str, key: Sequence[str], gx_root: str | Path, phase: str
+) -> SuiteOutcome:
+    """``validate``: the expectation suite on this run's datasets (repairs included once written)."""
+    snapshot, spec, _ = snapshot_of(lake, run_id)
+    changelog = _run_changelog(spark, lake, run_id, with_repairs=True)
+    previous, _ = previous_table(spark, lake, run_id)
+    history = _history(spark, lake.changelog, run_id, ["partition", "op", "source_txid", "origin"])
+    source = _source(spark, lake, run_id)
+    table = storage.read_version(spark, lake.table, _version(run_id))
+    if table is None:
+        raise PipelineError(f"{lake.name}: no lake table for run {run_id!r}; run compact_cdc first")
+    as_of = lake_as_of(changelog, snapshot, spec, key, previous=previous, history=history).persist()
+    diff = diff_rows(as_of, source, key, list(spec)).persist()
+    differences = diff.select(
+        *key,
+        *(F.when(F.col("kind") == kind, _key_text(key)).alias(column) for kind, column in DIFFERENCE_COLUMNS.items()),
+    )
+    range_changelog = storage.read_partitions(spark, lake.changelog, [_version(run_id)])
+    counts = {MISSING: 0, EXTRA: 0, STALE: 0}
+    counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
+    counts.update(duplicate_counts(range_changelog))
+    counts["snapshot_rows"] = source.count()
+    outcome = run_suite(
+        {"lake_as_of": as_of, "lake_table": table, "changelog": range_changelog, "differences": differences},
+        table=lake.name,
+        run_id=run_id,
+        phase=phase,
+        key=key,
+        parameters={"snapshot_row_count": counts["snapshot_rows"], "lake_columns": [*spec, *CDC_COLUMNS]},
+        counts=counts,
+        gx_root=gx_root,
+    )
+    as_of.unpersist()
+    diff.unpersist()
+    return outcome

@@ -1,0 +1,160 @@
+"""
+### CDC reconciliation
+
+Every hour, and on demand from the trigger form, for each configured table:
+
+1. **checkpoint_offsets**: open this run's Kafka offset range at the previous run's end (a cleared
+   task reuses its run's range);
+2. **snapshot_source** (Spark, JDBC): a consistent snapshot of the source table to Parquet;
+3. **seal_offsets**: record the snapshot, write a watermark row, wait until it is committed in Kafka,
+   and seal the range's end offsets;
+4. **compact_cdc** (Spark, Kafka): exactly the sealed range into events, changelog and lake table;
+5. **validate** (Great Expectations on Spark): row-count parity as of the snapshot, key uniqueness,
+   event uniqueness, row-level equality, schema; results stored and Data Docs built;
+6. **decide_repair**: skips the repair when the suite passed; fails in check-only mode;
+7. **reconcile** (Spark): drops duplicate events, writes repair events for missing, extra and stale
+   rows, records the audit; then **validate_repaired** runs the suite again;
+8. **confirm_repair**: a warning alert names what was found and repaired, or the run fails with a
+   critical alert when the suite still fails;
+9. **publish_lake_table**: an Asset event for the validated lake table (alias `cdc_lake_tables`).
+
+Connections: `cdc_state`, `cdc_source` (postgres), `cdc_kafka` (host = bootstrap servers),
+`spark_default`, optional `cdc_alerts` (http webhook or smtp). Variables: `cdc_lake_root`, optional
+`cdc_gx_root`. The logic lives in `cdc_reconcile.orchestration`; this file only wires tasks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import AssetAlias, Param, TriggerRule, dag, task, task_group
+
+from cdc_reconcile import orchestration as steps
+from cdc_reconcile.alerts import CRITICAL, WARNING, ReconciliationNotifier
+from cdc_reconcile.config import default_config
+
+CONFIGURED_TABLES = default_config().names
+LAKE_TABLES = AssetAlias("cdc_lake_tables")
+RUN_ARGS = ["--run-id", "{{ run_id }}", "--lake-root", "{{ var.value.cdc_lake_root }}"]
+SPARK_ENV = {
+    "PYSPARK_PYTHON": "{{ python_executable() }}",
+    "PYSPARK_DRIVER_PYTHON": "{{ python_executable() }}",
+    "CDC_STATE_DSN": "{{ libpq_dsn(conn.cdc_state) }}",
+    "CDC_PG_DSN": "{{ libpq_dsn(conn.cdc_source) }}",
+    "CDC_PG_JDBC_URL": "{{ jdbc_url(conn.cdc_source) }}",
+    "CDC_PG_USER": "{{ conn.cdc_source.login }}",
+    "CDC_PG_PASSWORD": "{{ conn.cdc_source.password or '' }}",
+}
+GX_ROOT = "{{ var.value.get('cdc_gx_root', var.value.cdc_lake_root ~ '/../great_expectations') }}"
+
+
+def spark_job(task_id: str, job: str, arguments: list) -> SparkSubmitOperator:
+    return SparkSubmitOperator(
+        task_id=task_id,
+        application=steps.job(job),
+        application_args=arguments,
+        conn_id=steps.SPARK_CONN,
+        jars="{{ spark_jars() }}",
+        env_vars=SPARK_ENV,
+        name=f"cdc_{task_id}",
+        conf={"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"},
+        driver_memory="2g",
+    )
+
+
+@dag(
+    dag_id="cdc_reconciliation",
+    schedule="@hourly",
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=__doc__,
+    tags=["cdc", "reconciliation", "great-expectations", "spark"],
+    user_defined_macros=steps.MACROS,
+    default_args={
+        "owner": "data-platform",
+        "retries": 1,
+        "retry_delay": dt.timedelta(minutes=1),
+        "on_failure_callback": [ReconciliationNotifier(CRITICAL)],
+    },
+    params={
+        "tables": Param(
+            CONFIGURED_TABLES,
+            type="array",
+            items={"type": "string", "enum": CONFIGURED_TABLES},
+            examples=CONFIGURED_TABLES,
+            minItems=1,
+            uniqueItems=True,
+            title="Tables",
+            description="Which configured tables to reconcile.",
+        ),
+        "mode": Param(
+            "repair",
+            type="string",
+            enum=list(steps.MODES),
+            values_display={"repair": "Check and repair", "check_only": "Check only (fail on differences)"},
+            title="Mode",
+        ),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            title="Dry run",
+            description="Compute the repair and write only its audit; the run then fails, nothing is changed.",
+        ),
+    },
+)
+def cdc_reconciliation():
+    @task
+    def plan_tables(params=None) -> list[str]:
+        return steps.select_tables(params["tables"])
+
+    @task_group
+    def reconcile_table(table: str):
+        @task
+        def checkpoint_offsets(table: str, run_id=None) -> dict[str, int]:
+            return steps.checkpoint_offsets(table, run_id)
+
+        @task
+        def seal_offsets(table: str, run_id=None) -> dict:
+            return steps.seal_offsets(table, run_id)
+
+        @task(retries=0)
+        def decide_repair(table: str, run_id=None, params=None, ti=None) -> dict:
+            return steps.decide_repair(table, run_id, params["mode"], ti)
+
+        @task(retries=0, on_success_callback=[ReconciliationNotifier(WARNING)])
+        def confirm_repair(table: str, run_id=None, params=None, ti=None) -> dict:
+            return steps.confirm_repair(table, run_id, params["dry_run"], ti)
+
+        @task(outlets=[LAKE_TABLES], trigger_rule=TriggerRule.NONE_FAILED)
+        def publish_lake_table(table: str, outlet_events=None) -> list[str]:
+            return steps.publish_assets([table], outlet_events, LAKE_TABLES)
+
+        table_args = ["--table", table, *RUN_ARGS]
+        snapshot = spark_job("snapshot_source", "snapshot_source", table_args)
+        compact = spark_job(
+            "compact_cdc", "compact_cdc", [*table_args, "--bootstrap-servers", "{{ kafka_bootstrap(conn.cdc_kafka) }}"]
+        )
+        validate = spark_job("validate", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "initial"])
+        reconcile = spark_job("reconcile", "reconcile", [*table_args, "--dry-run", "{{ params.dry_run }}"])
+        validate_repaired = spark_job(
+            "validate_repaired", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "repaired"]
+        )
+        (
+            checkpoint_offsets(table)
+            >> snapshot
+            >> seal_offsets(table)
+            >> compact
+            >> validate
+            >> decide_repair(table)
+            >> reconcile
+            >> validate_repaired
+            >> confirm_repair(table)
+            >> publish_lake_table(table)
+        )
+
+    reconcile_table.expand(table=plan_tables())
+
+
+cdc_reconciliation()

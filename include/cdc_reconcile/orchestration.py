@@ -1,0 +1,278 @@
+"""What the reconciliation DAG's Python tasks do, and the Jinja macros its Spark tasks render.
+
+The DAG file only wires these together. Everything here runs at task run time: connections are
+resolved through the Postgres provider's hook and Airflow's connection store, never at parse time.
+
+Airflow objects used (names are fixed; the embedded stack defines all of them):
+
+* ``cdc_state`` (postgres): the state database with the ``cdc_reconcile`` schema;
+* ``cdc_source`` (postgres): the captured database the snapshot reads;
+* ``cdc_kafka`` (generic): ``host`` is the Kafka bootstrap servers;
+* ``cdc_alerts`` (http or smtp, optional): where alerts go;
+* ``spark_default`` (spark): the master for the Spark jobs (``local[*]`` by default);
+* variables ``cdc_lake_root`` (required) and ``cdc_gx_root`` (default: ``<lake root>/../great_expectations``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import checkpoints, run_state, storage
+from .alerts import OUTCOME_KEY
+from .config import ConfigError, TableConfig, load_config
+from .spark import spark_jars_dir
+
+log = logging.getLogger(__name__)
+
+STATE_CONN = "cdc_state"
+SOURCE_CONN = "cdc_source"
+KAFKA_CONN = "cdc_kafka"
+ALERTS_CONN = "cdc_alerts"
+SPARK_CONN = "spark_default"
+LAKE_ROOT_VAR = "cdc_lake_root"
+GX_ROOT_VAR = "cdc_gx_root"
+MODES = ("repair", "check_only")
+SPARK_JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
+
+
+class RunFailed(RuntimeError):
+    """The run found a problem it did not (or could not) repair; the alert names what."""
+
+
+# -- Jinja macros for the Spark tasks' templated fields ------------------------------------------------
+
+
+def libpq_dsn(connection: Any) -> str:
+    """A libpq connection string for an Airflow postgres connection, safely quoted."""
+    from psycopg.conninfo import make_conninfo
+
+    parts = {
+        "host": connection.host or "localhost",
+        "port": str(connection.port or 5432),
+        "dbname": connection.schema or "postgres",
+        "user": connection.login,
+        "password": connection.password,
+    }
+    return make_conninfo(**{k: v for k, v in parts.items() if v})
+
+
+def jdbc_url(connection: Any) -> str:
+    """The JDBC URL of an Airflow postgres connection (credentials are passed separately)."""
+    return f"jdbc:postgresql://{connection.host or 'localhost'}:{connection.port or 5432}/{connection.schema or ''}"
+
+
+def spark_jars() -> str:
+    """The Kafka and JDBC jars the set-up command fetched, for spark-submit's ``--jars``."""
+    jars_dir = spark_jars_dir()
+    return ",".join(sorted(str(p) for p in jars_dir.glob("*.jar"))) if jars_dir.is_dir() else ""
+
+
+def kafka_bootstrap(connection: Any) -> str:
+    """Bootstrap servers from the ``cdc_kafka`` connection: its host (a list is fine), with its port if set."""
+    servers = connection.host or (connection.extra_dejson or {}).get("bootstrap.servers")
+    if not servers:
+        raise ConfigError(f"connection {connection.conn_id!r} has no host: set it to the Kafka bootstrap servers")
+    return f"{servers}:{connection.port}" if connection.port and ":" not in servers else servers
+
+
+def python_executable() -> str:
+    """The interpreter running the task; spark-submit's Python driver uses the same environment."""
+    return sys.executable
+
+
+def job(name: str) -> str:
+    """Path of a spark-submit entry point under ``spark_jobs/``."""
+    return str(SPARK_JOBS / f"{name}.py")
+
+
+MACROS = {
+    "libpq_dsn": libpq_dsn,
+    "jdbc_url": jdbc_url,
+    "spark_jars": spark_jars,
+    "kafka_bootstrap": kafka_bootstrap,
+    "python_executable": python_executable,
+}
+
+
+# -- settings resolved at run time ------------------------------------------------------------------------
+
+
+def _connection(conn_id: str) -> Any:
+    from airflow.sdk import BaseHook
+
+    return BaseHook.get_connection(conn_id)
+
+
+def state_connection():
+    """A psycopg connection to the state database, resolved through the Postgres provider's hook."""
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+    connection = PostgresHook(postgres_conn_id=STATE_CONN).get_connection(STATE_CONN)
+    conn = checkpoints.connect(libpq_dsn(connection))
+    checkpoints.ensure_state_schema(conn)
+    return conn
+
+
+def bootstrap_servers() -> str:
+    return kafka_bootstrap(_connection(KAFKA_CONN))
+
+
+def lake_root() -> str:
+    from airflow.sdk import Variable
+
+    return Variable.get(LAKE_ROOT_VAR)
+
+
+def gx_root() -> str:
+    from airflow.sdk import Variable
+
+    default = str(Path(lake_root()).parent / "great_expectations")
+    return Variable.get(GX_ROOT_VAR, default=default)
+
+
+# -- the Python tasks ----------------------------------------------------------------------------------
+
+
+def select_tables(requested: Sequence[str] | None) -> list[str]:
+    """The tables this run covers: the requested ones, each checked against the configuration."""
+    config = load_config()
+    if not requested:
+        return config.names
+    unknown = [name for name in requested if name not in config.names]
+    if unknown:
+        raise ConfigError(f"tables {unknown} are not configured; configured tables: {config.names}")
+    return [name for name in config.names if name in requested]
+
+
+def _table(name: str) -> TableConfig:
+    return load_config().table(name)
+
+
+def checkpoint_offsets(table_name: str, run_id: str) -> dict[str, int]:
+    """Open (or, for a cleared task, reuse) this run's offset range at the previous run's end."""
+    table = _table(table_name)
+    bootstrap = bootstrap_servers()
+    partitions = checkpoints.list_partitions(bootstrap, table.topic)
+    with state_connection() as conn:
+        starts = checkpoints.open_range(conn, run_id, table.name, table.topic, partitions)
+    return {str(p): o for p, o in starts.items()}
+
+
+def seal_offsets(table_name: str, run_id: str, timeout: float = 300.0) -> dict[str, Any]:
+    """Record the snapshot's metadata, then seal the range at a watermark committed after it."""
+    table = _table(table_name)
+    config = load_config()
+    snapshot_path = Path(lake_root()) / table.name / "snapshot"
+    metadata = storage.read_metadata(snapshot_path, storage.safe_name(run_id))
+    if metadata is None:
+        raise RunFailed(f"{table.name}: no snapshot of run {run_id!r} under {snapshot_path}; snapshot_source must run")
+    bootstrap = bootstrap_servers()
+    with state_connection() as conn:
+        checkpoints.record_snapshot(
+            conn,
+            run_id,
+            table.name,
+            {
+                "xmin": metadata["xmin"],
+                "xmax": metadata["xmax"],
+                "xip": metadata["xip"],
+                "snapshot_id": metadata.get("snapshot_id"),
+                "wal_lsn": metadata.get("lsn"),
+                "taken_at": metadata.get("taken_at"),
+                "row_count": metadata.get("rows"),
+            },
+        )
+        sealed = checkpoints.seal_offsets(
+            conn,
+            bootstrap=bootstrap,
+            run_id=run_id,
+            table=table.name,
+            watermark_table=config.watermark_table,
+            watermark_topic=f"{table.topic_prefix}.{config.watermark_table}",
+            timeout=timeout,
+        )
+    return {
+        "start": {str(p): o for p, o in sealed.start.items()},
+        "end": {str(p): o for p, o in (sealed.end or {}).items()},
+        "offsets": sum((sealed.end or {}).get(p, o) - o for p, o in sealed.start.items()),
+    }
+
+
+def _suite_outcome(conn, run_id: str, table: str, attempt: int) -> dict[str, Any]:
+    outcome = run_state.latest_suite_outcome(conn, run_id, table, attempt)
+    if outcome is None:
+        phase = "before" if attempt == run_state.BEFORE_REPAIR else "after"
+        raise RunFailed(f"{table}: no suite result {phase} repair for run {run_id!r}; its validate task must run")
+    return outcome
+
+
+def decide_repair(table_name: str, run_id: str, mode: str, ti: Any) -> dict[str, Any]:
+    """Skip the repair branch when the suite passed; fail (critical alert) in check-only mode."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+    with state_connection() as conn:
+        initial = _suite_outcome(conn, run_id, table_name, run_state.BEFORE_REPAIR)
+    if initial["success"]:
+        raise AirflowSkipException(f"{table_name}: the suite passed, nothing to repair")
+    found = initial["counts"]
+    if mode == "check_only":
+        ti.xcom_push(
+            key=OUTCOME_KEY,
+            value={
+                "table": table_name,
+                "reason": "the suite failed; check-only mode, nothing repaired",
+                "found": found,
+                "initial": initial,
+                "data_docs": initial.get("data_docs"),
+            },
+        )
+        raise RunFailed(f"{table_name}: the suite failed in check-only mode: {found}")
+    return found
+
+
+def confirm_repair(table_name: str, run_id: str, dry_run: bool, ti: Any) -> dict[str, Any]:
+    """After reconcile and the second validate: succeed (warning alert) or fail (critical alert)."""
+    with state_connection() as conn:
+        initial = _suite_outcome(conn, run_id, table_name, run_state.BEFORE_REPAIR)
+        after = _suite_outcome(conn, run_id, table_name, run_state.AFTER_REPAIR)
+        audit = run_state.audit_counts(conn, run_id, table_name)
+    outcome = {
+        "table": table_name,
+        "found": initial["counts"],
+        "repaired": {} if dry_run else audit,
+        "audit": audit,
+        "initial": initial,
+        "after_repair": after,
+        "data_docs": after.get("data_docs"),
+    }
+    if dry_run:
+        outcome["reason"] = "dry run: nothing repaired; the audit lists what a repair would change"
+    elif not after["success"]:
+        outcome["reason"] = "the suite still fails after repair"
+    ti.xcom_push(key=OUTCOME_KEY, value=outcome)
+    if "reason" in outcome:
+        raise RunFailed(f"{table_name}: {outcome['reason']}: {after['counts']}")
+    return {"found": outcome["found"], "repaired": audit}
+
+
+def lake_table_uri(table_name: str) -> str:
+    """The Asset URI of a table's lake copy."""
+    return (Path(lake_root()) / table_name / "table").resolve().as_uri()
+
+
+def publish_assets(tables: Sequence[str], outlet_events: Mapping[Any, Any], alias: Any) -> list[str]:
+    """Emit one Asset event per reconciled lake table, through the DAG's asset alias."""
+    from airflow.sdk import Asset
+
+    uris = []
+    for name in tables:
+        uri = lake_table_uri(name)
+        outlet_events[alias].add(Asset(name=f"cdc_lake.{name}", uri=uri), extra={"table": name})
+        uris.append(uri)
+    return uris

@@ -1,0 +1,89 @@
+"""Expectation results and the repair audit in the state database, keyed by run and table.
+
+The Airflow tasks decide from these rows (repair or not, alert or not), so a cleared task reads what
+its run recorded instead of recomputing it. ``attempt`` 1 is the suite before repair, 2 after it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import psycopg
+
+from .checkpoints import _state_error
+
+BEFORE_REPAIR = 1
+AFTER_REPAIR = 2
+PHASES = {"initial": BEFORE_REPAIR, "repaired": AFTER_REPAIR}
+
+
+def record_suite_outcome(conn: psycopg.Connection, outcome: Mapping[str, Any], attempt: int) -> None:
+    """Append one suite outcome (a re-run of the validate task appends again; readers take the newest)."""
+    try:
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO cdc_reconcile.expectation_results (run_id, table_name, attempt, suite, success, results) "
+                "VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                (
+                    outcome["run_id"],
+                    outcome["table"],
+                    attempt,
+                    outcome["suite"],
+                    bool(outcome["success"]),
+                    json.dumps(outcome, default=str),
+                ),
+            )
+    except psycopg.errors.UndefinedTable as exc:
+        raise _state_error(exc) from exc
+
+
+def latest_suite_outcome(conn: psycopg.Connection, run_id: str, table: str, attempt: int) -> dict[str, Any] | None:
+    """The newest outcome recorded for this run, table and attempt, or None."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT results FROM cdc_reconcile.expectation_results "
+                "WHERE run_id = %s AND table_name = %s AND attempt = %s ORDER BY id DESC LIMIT 1",
+                (run_id, table, attempt),
+            ).fetchone()
+    except psycopg.errors.UndefinedTable as exc:
+        raise _state_error(exc) from exc
+    return None if row is None else row[0]
+
+
+def replace_repair_audit(conn: psycopg.Connection, run_id: str, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Make the run's audit rows for ``table`` exactly ``rows`` (a repeated reconcile replaces, never adds)."""
+    written = 0
+    try:
+        with conn.transaction():
+            conn.execute(
+                "DELETE FROM cdc_reconcile.repair_audit WHERE run_id = %s AND table_name = %s", (run_id, table)
+            )
+            with conn.cursor().copy(
+                "COPY cdc_reconcile.repair_audit (run_id, table_name, key, kind, before_hash, after_hash, dry_run) "
+                "FROM STDIN"
+            ) as copy:
+                for row in rows:
+                    copy.write_row(
+                        (run_id, table, row["key"], row["kind"], row["before_hash"], row["after_hash"], row["dry_run"])
+                    )
+                    written += 1
+    except psycopg.errors.UndefinedTable as exc:
+        raise _state_error(exc) from exc
+    return written
+
+
+def audit_counts(conn: psycopg.Connection, run_id: str, table: str) -> dict[str, int]:
+    """Audit rows of the run by kind (redelivery, snapshot_rerun, missing, extra, stale)."""
+    try:
+        with conn.transaction():
+            rows = conn.execute(
+                "SELECT kind, count(*) FROM cdc_reconcile.repair_audit WHERE run_id = %s AND table_name = %s "
+                "GROUP BY kind ORDER BY kind",
+                (run_id, table),
+            ).fetchall()
+    except psycopg.errors.UndefinedTable as exc:
+        raise _state_error(exc) from exc
+    return {kind: count for kind, count in rows}

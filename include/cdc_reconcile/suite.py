@@ -1,0 +1,221 @@
+"""The expectation suite (DESIGN.md section 7), as Great Expectations code run on Spark DataFrames.
+
+Four datasets of one run are validated, each by its own suite:
+
+* ``lake_as_of``: the lake table as of the run's snapshot. Row-count parity with the snapshot. GX's
+  ``ExpectTableRowCountToEqualOtherTable`` cannot compare two Spark DataFrames, so the snapshot's row
+  count, measured in the same run, is bound to the suite parameter ``snapshot_row_count``;
+* ``lake_table``: the published lake table. Primary-key uniqueness (compound keys too), no NULL key
+  column, and the schema: exactly the source's columns plus the CDC metadata columns;
+* ``changelog``: this range's changelog. Event uniqueness: no change delivered twice
+  (``duplicate_class`` is NULL everywhere and the change identity is unique);
+* ``differences``: the keys whose rows differ by typed row hash, one column per kind, so each kind is
+  one expectation whose unexpected values are sample keys (missing, extra, stale rows = 0).
+
+Results go to the GX file context's validation store and Data Docs
+(``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``); the run's summary goes to the state
+database through the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+SUITE = "cdc_reconciliation"
+DATASETS = ("lake_as_of", "lake_table", "changelog", "differences")
+DIFFERENCE_COLUMNS = {"missing": "missing_key", "extra": "extra_key", "stale": "stale_key"}
+CHANGE_IDENTITY = ["key", "op", "source_txid", "source_lsn"]
+SAMPLE_SIZE = 5
+
+
+@dataclass
+class SuiteOutcome:
+    """What the suite found for one table in one run: the verdict, counts by class, and every check."""
+
+    table: str
+    run_id: str
+    phase: str
+    success: bool
+    counts: dict[str, int]
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    data_docs: str | None = None
+
+    @property
+    def failed_checks(self) -> list[dict[str, Any]]:
+        return [c for c in self.checks if not c["success"]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "suite": SUITE,
+            "table": self.table,
+            "run_id": self.run_id,
+            "phase": self.phase,
+            "success": self.success,
+            "counts": self.counts,
+            "checks": self.checks,
+            "data_docs": self.data_docs,
+        }
+
+
+def data_docs_index(gx_root: str | Path) -> Path:
+    """Where the Data Docs site of a GX root is written."""
+    return Path(gx_root) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+
+
+def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
+    import great_expectations as gx
+
+    ge = gx.expectations
+    if len(key) == 1:
+        unique_key = ge.ExpectColumnValuesToBeUnique(column=key[0], meta={"check": "primary-key uniqueness"})
+    else:
+        unique_key = ge.ExpectCompoundColumnsToBeUnique(column_list=list(key), meta={"check": "primary-key uniqueness"})
+    return {
+        "lake_as_of": [
+            ge.ExpectTableRowCountToEqual(
+                value={"$PARAMETER": "snapshot_row_count"}, meta={"check": "row-count parity as of the snapshot"}
+            ),
+        ],
+        "lake_table": [
+            unique_key,
+            *(ge.ExpectColumnValuesToNotBeNull(column=k, meta={"check": "primary key present"}) for k in key),
+            ge.ExpectTableColumnsToMatchSet(
+                column_set={"$PARAMETER": "lake_columns"}, exact_match=True, meta={"check": "schema"}
+            ),
+        ],
+        "changelog": [
+            ge.ExpectColumnValuesToBeNull(column="duplicate_class", meta={"check": "event uniqueness (duplicates)"}),
+            ge.ExpectCompoundColumnsToBeUnique(column_list=CHANGE_IDENTITY, meta={"check": "event uniqueness"}),
+        ],
+        "differences": [
+            ge.ExpectColumnValuesToBeNull(column=column, meta={"check": f"row-level equality: no {kind} rows"})
+            for kind, column in DIFFERENCE_COLUMNS.items()
+        ],
+    }
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """Mapped validate tasks of one run share the GX project; one writes its stores and docs at a time."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".cdc-reconcile.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _definitions(context: Any, table: str, key: Sequence[str]) -> dict[str, Any]:
+    """Data source, assets, suites and validation definitions for one table, added or updated."""
+    import great_expectations as gx
+
+    source = context.data_sources.add_or_update_spark(name="cdc_lake")
+    definitions = {}
+    for dataset, expectations in _expectations(key).items():
+        name = f"{table}.{dataset}"
+        try:
+            asset = source.get_asset(name)
+        except LookupError:
+            asset = source.add_dataframe_asset(name=name)
+        try:
+            batch = asset.get_batch_definition("run")
+        except KeyError:
+            batch = asset.add_batch_definition_whole_dataframe("run")
+        suite = context.suites.add_or_update(gx.ExpectationSuite(name=f"{SUITE}.{name}", expectations=expectations))
+        definitions[dataset] = context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=f"{SUITE}.{name}", data=batch, suite=suite)
+        )
+    return definitions
+
+
+def _check(dataset: str, result: Any) -> dict[str, Any]:
+    config = result.expectation_config
+    outcome = result.result or {}
+    check = {
+        "dataset": dataset,
+        "check": (config.meta or {}).get("check", config.type),
+        "expectation": config.type,
+        "kwargs": {k: v for k, v in config.kwargs.items() if k not in ("batch_id", "result_format")},
+        "success": bool(result.success),
+    }
+    for name in ("observed_value", "element_count", "unexpected_count"):
+        if name in outcome:
+            check[name] = outcome[name]
+    if outcome.get("partial_unexpected_list"):
+        check["samples"] = outcome["partial_unexpected_list"][:SAMPLE_SIZE]
+    if result.exception_info and result.exception_info.get("raised_exception"):
+        check["error"] = result.exception_info.get("exception_message")
+    return check
+
+
+def run_suite(
+    datasets: Mapping[str, DataFrame],
+    *,
+    table: str,
+    run_id: str,
+    phase: str,
+    key: Sequence[str],
+    parameters: Mapping[str, Any],
+    counts: Mapping[str, int],
+    gx_root: str | Path,
+) -> SuiteOutcome:
+    """Validate the run's datasets, store the results, rebuild Data Docs, and summarise.
+
+    An expectation that raises counts as failed: a suite that cannot run must never pass.
+    """
+    import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    root = Path(gx_root)
+    checks: list[dict[str, Any]] = []
+    with _locked(root):
+        context = gx.get_context(mode="file", project_root_dir=str(root))
+        definitions = _definitions(context, table, key)
+        run = RunIdentifier(run_name=f"{run_id} {table} {phase}")
+        for dataset in DATASETS:
+            result = definitions[dataset].run(
+                batch_parameters={"dataframe": datasets[dataset]},
+                expectation_parameters=dict(parameters),
+                result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_SIZE},
+                run_id=run,
+            )
+            checks.extend(_check(dataset, r) for r in result.results)
+        context.build_data_docs()
+    return SuiteOutcome(
+        table=table,
+        run_id=run_id,
+        phase=phase,
+        success=all(c["success"] for c in checks) and len(checks) > 0,
+        counts=dict(counts),
+        checks=checks,
+        data_docs=str(data_docs_index(root)),
+    )
+
+
+def describe(outcome: SuiteOutcome | Mapping[str, Any]) -> str:
+    """One line per failed check with its counts and sample keys: what an alert says."""
+    document = outcome.as_dict() if isinstance(outcome, SuiteOutcome) else outcome
+    lines = []
+    for check in document["checks"]:
+        if check["success"]:
+            continue
+        detail = []
+        if "unexpected_count" in check:
+            detail.append(f"{check['unexpected_count']} unexpected")
+        if "observed_value" in check:
+            detail.append(f"observed {json.dumps(check['observed_value'], default=str)}")
+        if check.get("samples"):
+            detail.append(f"e.g. {json.dumps(check['samples'][:3], default=str)}")
+        if check.get("error"):
+            detail.append(f"error: {check['error']}")
+        lines.append(f"{check['dataset']}: {check['check']}: {', '.join(detail) or 'failed'}")
+    return "\n".join(lines)
