@@ -62,7 +62,10 @@ class Postgres:
         return subprocess.run(full, check=False, capture_output=True, text=True, cwd="/", **kwargs)
 
     def _prepare_home(self) -> None:
-        if self.home.exists() or self.home.is_symlink():
+        if self.home.is_symlink() and not self.home.exists():
+            # the data directory under /var/tmp was removed (tmp cleaning, another checkout's destroy)
+            self.home.unlink()
+        if self.home.exists():
             return
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
         user = self._os_user()
