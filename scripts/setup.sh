@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the two README commands need, from package registries only:
-# Debian's PostgreSQL 15, a Python 3.11 virtualenv from PyPI, and the Kafka/Connect/Debezium jars
-# from Maven Central (cached under .cache/). Safe to run twice: each step checks before it works.
+# Debian's PostgreSQL 15 and Chromium, a Python 3.11 virtualenv from PyPI, and the Kafka/Connect/
+# Debezium jars from Maven Central (cached under .cache/). Safe to run twice: each step checks before it works.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,11 +15,15 @@ die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else die "need root for: $*"; fi; }
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
-# 1. Debian packages: PostgreSQL 15 server (no system cluster: the stack makes its own).
+# 1. Debian packages: PostgreSQL 15 server (no system cluster: the stack makes its own), and Chromium
+#    with its WebDriver for the browser test of the Airflow UI (a test tool's own browser download
+#    cannot be fetched here; Debian's can).
 apt_missing=()
 [ -x "$PG_BIN/postgres" ] || apt_missing+=(postgresql-15)
 command -v mvn >/dev/null || apt_missing+=(maven)
 command -v runuser >/dev/null || apt_missing+=(util-linux)
+[ -x /usr/bin/chromium ] || apt_missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || apt_missing+=(chromium-driver)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${apt_missing[*]}"
   as_root mkdir -p /etc/postgresql-common

@@ -23,7 +23,11 @@ TEST_ENV = {
     "CDC_KAFKA_PORT": os.environ.get("CDC_TEST_KAFKA_PORT", "59102"),
     "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_KAFKA_CONTROLLER_PORT", "59103"),
     "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_CONNECT_PORT", "58093"),
+    "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "58190"),
 }
+# A DAG folder other than the repo's dags/ (a stand-in DAG while the real one is being written).
+if os.environ.get("CDC_TEST_AIRFLOW_DAGS_FOLDER"):
+    TEST_ENV["CDC_AIRFLOW_DAGS_FOLDER"] = os.environ["CDC_TEST_AIRFLOW_DAGS_FOLDER"]
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 
@@ -49,6 +53,20 @@ def stack(stack_env: dict[str, str]) -> Iterator[Stack]:
         yield stack
     finally:
         stack.down()
+
+
+@pytest.fixture(scope="module")
+def airflow_stack(stack: Stack) -> Iterator[Stack]:
+    """The session's stack plus Airflow (API server + UI, scheduler, DAG processor), for one test
+    module: a gigabyte and a scheduler loop that the other tests on 2 cores should not pay for."""
+    stack.with_airflow = True
+    try:
+        stack.airflow.start()
+        yield stack
+    finally:
+        stack.with_airflow = False
+        stack.airflow.stop()
+        assert not stack.airflow.leftover_pids(), "airflow processes survived stop"
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The embedded stack: PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium, on one machine, no Docker.
+"""The embedded stack: PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium, optionally Airflow, on one
+machine, no Docker.
 
 Imported by the command line, the demo and the tests; the pipeline itself never imports it.
 """
@@ -10,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .airflow import Airflow, airflow_environment, migrate
 from .config import StackConfig
 from .connect import Connect, connector_config
 from .kafka import Kafka
@@ -29,11 +31,15 @@ class ComponentStatus:
 class Stack:
     """Bring the stack up in dependency order, report on it, and take it down in reverse."""
 
-    def __init__(self, config: StackConfig | None = None) -> None:
+    def __init__(self, config: StackConfig | None = None, *, airflow: bool = False) -> None:
         self.config = config or StackConfig()
         self.postgres = Postgres(self.config)
         self.kafka = Kafka(self.config)
         self.connect = Connect(self.config)
+        self.airflow = Airflow(self.config)
+        # Airflow costs a minute and a gigabyte, so ``up`` starts it only when asked; ``down`` and
+        # ``status`` always cover it, so nothing it left running goes unnoticed.
+        self.with_airflow = airflow
 
     def up(self, *, register: bool = True, exactly_once: bool = True) -> dict[str, float]:
         """Start what is not already healthy; returns seconds spent per component."""
@@ -50,6 +56,10 @@ class Stack:
             began = time.monotonic()
             self.register_connector(exactly_once="required" if exactly_once else "requested")
             timings["connector"] = round(time.monotonic() - began, 2)
+        if self.with_airflow:
+            began = time.monotonic()
+            self.airflow.start()
+            timings["airflow"] = round(time.monotonic() - began, 2)
         return timings
 
     def register_connector(self, *, schemas: bool = True, exactly_once: str = "required") -> None:
@@ -59,8 +69,10 @@ class Stack:
         self.connect.wait_connector_running(name)
 
     def down(self, *, destroy: bool = False) -> list[str]:
-        """Stop Connect, Kafka, PostgreSQL in that order; ``destroy`` also removes their data."""
+        """Stop Airflow, Connect, Kafka, PostgreSQL in that order; ``destroy`` also removes their data."""
         stopped = []
+        if self.airflow.stop():
+            stopped.append("airflow")
         if self.connect.stop():
             stopped.append("connect")
         if self.kafka.stop():
@@ -75,7 +87,11 @@ class Stack:
     def leftover_pids(self) -> list[int]:
         """Pids of stack processes still alive; empty after a clean ``down``."""
         pids = [p.process.pid() for p in (self.kafka, self.connect)]
-        return [pid for pid in pids if pid is not None] + [pid for pid in self.postgres.server_pids() if pid_alive(pid)]
+        return (
+            [pid for pid in pids if pid is not None]
+            + [pid for pid in self.postgres.server_pids() if pid_alive(pid)]
+            + self.airflow.leftover_pids()
+        )
 
     def status(self) -> list[ComponentStatus]:
         result = []
@@ -108,6 +124,19 @@ class Stack:
             state = connector["connector"]["state"]
             ok = state == "RUNNING" and "FAILED" not in tasks and tasks != "no tasks"
             result.append(ComponentStatus("connector", state == "RUNNING", ok, None, f"{state}; {tasks}"))
+        if self.with_airflow or self.airflow.running():
+            healthy = self.airflow.service_health()
+            details = {
+                "api-server": f"UI {self.config.airflow_url}",
+                "dag-processor": f"DAGs {self.config.airflow_dags_folder}",
+                "scheduler": "LocalExecutor",
+            }
+            for service, process in self.airflow.processes.items():
+                result.append(
+                    ComponentStatus(
+                        f"airflow {service}", process.running(), healthy[service], process.pid(), details[service]
+                    )
+                )
         return result
 
 
@@ -118,4 +147,4 @@ def _safe(check, default: Any = False) -> Any:
         return default
 
 
-__all__ = ["ComponentStatus", "Stack", "StackConfig", "StackError", "wait_until"]
+__all__ = ["ComponentStatus", "Stack", "StackConfig", "StackError", "airflow_environment", "migrate", "wait_until"]

@@ -15,22 +15,32 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start PostgreSQL, Kafka, Connect and register Debezium (idempotent)")
     up.add_argument("--no-register", action="store_true", help="start the services but register no connector")
     up.add_argument(
+        "--with-airflow",
+        action="store_true",
+        help="also start Airflow (API server + UI, scheduler, DAG processor) on the stack's PostgreSQL",
+    )
+    up.add_argument(
         "--eos-disabled",
         action="store_true",
         help="run the Connect worker with exactly.once.source.support=disabled (at-least-once)",
     )
     status = sub.add_parser("status", help="per-component state and the connector's task states")
     status.add_argument("--json", action="store_true")
-    down = sub.add_parser("down", help="stop everything the stack started")
+    down = sub.add_parser("down", help="stop everything the stack started, Airflow included")
     down.add_argument("--destroy", action="store_true", help="also delete the run folder (data and logs)")
     args = parser.parse_args(argv)
 
-    stack = Stack()
+    stack = Stack(airflow=args.command == "up" and args.with_airflow)
     try:
         if args.command == "up":
             timings = stack.up(register=not args.no_register, exactly_once=not args.eos_disabled)
             print("stack up: " + ", ".join(f"{name} {secs}s" for name, secs in timings.items()))
             _print_status(stack, as_json=False)
+            if stack.with_airflow:
+                cfg = stack.config
+                print(
+                    f"Airflow UI: {cfg.airflow_url}/  (user {cfg.airflow_user!r}, password from CDC_AIRFLOW_PASSWORD)"
+                )
         elif args.command == "status":
             return _print_status(stack, as_json=args.json)
         else:
@@ -54,7 +64,7 @@ def _print_status(stack: Stack, *, as_json: bool) -> int:
         for row in rows:
             state = "healthy" if row.healthy else ("running" if row.running else "stopped")
             pid = f"pid {row.pid}" if row.pid else ""
-            print(f"{row.name:<10} {state:<8} {pid:<11} {row.detail}")
+            print(f"{row.name:<21} {state:<8} {pid:<11} {row.detail}")
     return 0 if all(row.healthy for row in rows) else 1
 
 

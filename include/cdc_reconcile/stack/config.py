@@ -41,6 +41,9 @@ class StackConfig:
     kafka_port: int = field(default_factory=lambda: _env_int("CDC_KAFKA_PORT", 59092))
     kafka_controller_port: int = field(default_factory=lambda: _env_int("CDC_KAFKA_CONTROLLER_PORT", 59093))
     connect_port: int = field(default_factory=lambda: _env_int("CDC_CONNECT_PORT", 58083))
+    airflow_port: int = field(default_factory=lambda: _env_int("CDC_AIRFLOW_PORT", 58080))
+    airflow_dags_folder: Path = field(default_factory=lambda: _env_path("CDC_AIRFLOW_DAGS_FOLDER", REPO_ROOT / "dags"))
+    airflow_password: str = field(default_factory=lambda: os.environ.get("CDC_AIRFLOW_PASSWORD") or "admin")
     host: str = "127.0.0.1"
     pg_database: str = "cdc_demo"
     pg_user: str = "cdc"
@@ -50,6 +53,10 @@ class StackConfig:
     slot_name: str = "cdc_reconcile"
     publication_name: str = "cdc_reconcile"
     captured_tables: tuple[str, ...] = ("public.customers", "public.order_lines", "public.cdc_watermark")
+    airflow_user: str = "admin"
+    airflow_db: str = "airflow"
+    airflow_db_user: str = "airflow"
+    airflow_db_password: str = "airflow"
 
     @property
     def logs_dir(self) -> Path:
@@ -77,6 +84,18 @@ class StackConfig:
             f"host={self.host} port={self.pg_port} dbname={self.pg_database} "
             f"user={self.pg_user} password={self.pg_password}"
         )
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.run_dir / "airflow"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://{self.host}:{self.airflow_port}"
+
+    @property
+    def lake_root(self) -> Path:
+        return self.run_dir / "lake"
 
     @property
     def pg_jdbc_url(self) -> str:

@@ -1,0 +1,42 @@
+"""The environment Airflow and dag.test() get: the connection ids and variable the DAG reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cdc_reconcile.stack.airflow import AIRFLOW_CFG, airflow_environment, venv_bin
+from cdc_reconcile.stack.config import StackConfig
+
+
+def test_connections_variable_and_per_checkout_settings(tmp_path: Path) -> None:
+    config = StackConfig(run_dir=tmp_path, pg_port=5555, kafka_port=6666, airflow_port=7777)
+    env = airflow_environment(config)
+
+    spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
+    assert (spark["conn_type"], spark["host"], spark["extra"]["spark-binary"]) == ("spark", "local[*]", "spark-submit")
+    assert (venv_bin() / "spark-submit").exists(), "pyspark's spark-submit must be in the venv"
+    assert env["PATH"].split(":")[0] == str(venv_bin())
+    for conn_id in ("CDC_SOURCE", "CDC_STATE"):
+        conn = json.loads(env[f"AIRFLOW_CONN_{conn_id}"])
+        assert (conn["conn_type"], conn["host"], conn["port"], conn["schema"]) == (
+            "postgres",
+            "127.0.0.1",
+            5555,
+            "cdc_demo",
+        )
+    assert json.loads(env["AIRFLOW_CONN_CDC_KAFKA"])["host"] == "127.0.0.1:6666"
+    assert env["AIRFLOW_VAR_CDC_LAKE_ROOT"] == str(tmp_path / "lake")
+
+    assert env["AIRFLOW_CONFIG"] == str(AIRFLOW_CFG)
+    assert env["AIRFLOW_HOME"] == str(tmp_path / "airflow")
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == "postgresql+psycopg2://airflow:airflow@127.0.0.1:5555/airflow"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:7777/execution/"
+
+
+def test_shared_keys_are_drawn_once_per_run_folder(tmp_path: Path) -> None:
+    config = StackConfig(run_dir=tmp_path)
+    first, second = airflow_environment(config), airflow_environment(config)
+    for key in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API__SECRET_KEY"):
+        assert first[key] == second[key] and len(first[key]) >= 32
+    assert (tmp_path / "airflow" / "secrets.json").stat().st_mode & 0o077 == 0
