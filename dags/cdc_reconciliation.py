@@ -4,7 +4,7 @@
 Every hour, and on demand from the trigger form, for each configured table:
 
 1. **checkpoint_offsets**: open this run's Kafka offset range at the previous run's end (a cleared
-   task reuses its run's range);
+   task reuses its run's range; a full rescan opens it at the topic's beginning);
 2. **snapshot_source** (Spark, JDBC): a consistent snapshot of the source table to Parquet;
 3. **seal_offsets**: record the snapshot, write a watermark row, wait until it is committed in Kafka,
    and seal the range's end offsets;
@@ -102,6 +102,12 @@ def spark_job(task_id: str, job: str, arguments: list) -> SparkSubmitOperator:
             title="Dry run",
             description="Compute the repair and write only its audit; the run then fails, nothing is changed.",
         ),
+        "full_rescan": Param(
+            False,
+            type="boolean",
+            title="Full rescan",
+            description="Rebuild the lake tables from the whole topic instead of the previous run's table.",
+        ),
     },
 )
 def cdc_reconciliation():
@@ -112,8 +118,8 @@ def cdc_reconciliation():
     @task_group
     def reconcile_table(table: str):
         @task
-        def checkpoint_offsets(table: str, run_id=None) -> dict[str, int]:
-            return steps.checkpoint_offsets(table, run_id)
+        def checkpoint_offsets(table: str, run_id=None, params=None) -> dict[str, int]:
+            return steps.checkpoint_offsets(table, run_id, params["full_rescan"])
 
         @task
         def seal_offsets(table: str, run_id=None) -> dict:
@@ -134,7 +140,15 @@ def cdc_reconciliation():
         table_args = ["--table", table, *RUN_ARGS]
         snapshot = spark_job("snapshot_source", "snapshot_source", table_args)
         compact = spark_job(
-            "compact_cdc", "compact_cdc", [*table_args, "--bootstrap-servers", "{{ kafka_bootstrap(conn.cdc_kafka) }}"]
+            "compact_cdc",
+            "compact_cdc",
+            [
+                *table_args,
+                "--bootstrap-servers",
+                "{{ kafka_bootstrap(conn.cdc_kafka) }}",
+                "--full-rescan",
+                "{{ params.full_rescan }}",
+            ],
         )
         validate = spark_job("validate", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "initial"])
         reconcile = spark_job("reconcile", "reconcile", [*table_args, "--dry-run", "{{ params.dry_run }}"])

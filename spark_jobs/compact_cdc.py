@@ -12,7 +12,7 @@ import os
 import sys
 
 from cdc_reconcile import checkpoints
-from cdc_reconcile.config import load_config
+from cdc_reconcile.config import load_config, parse_flag
 from cdc_reconcile.debezium import DecodeOptions
 from cdc_reconcile.pipeline import TableLake, compact
 from cdc_reconcile.spark import build_session
@@ -28,6 +28,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--starting-offsets", help="Spark offset JSON; instead of --state-dsn")
     parser.add_argument("--ending-offsets", help="Spark offset JSON; instead of --state-dsn")
     parser.add_argument("--tables-config", default=None)
+    parser.add_argument(
+        "--full-rescan",
+        nargs="?",
+        const=True,
+        default=False,
+        type=parse_flag,
+        help="the range is the whole topic: fold the table from it alone (true/false)",
+    )
     parser.add_argument("--decimal-handling-mode", default="precise", choices=["precise", "string", "double"])
     return parser.parse_args(argv)
 
@@ -58,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             starting=starting,
             ending=ending,
             options=DecodeOptions(decimal_handling_mode=args.decimal_handling_mode),
+            full_rescan=args.full_rescan,
         )
     finally:
         spark.stop()

@@ -14,7 +14,7 @@ import os
 import sys
 
 from cdc_reconcile import checkpoints, run_state, storage
-from cdc_reconcile.config import load_config
+from cdc_reconcile.config import load_config, parse_flag
 from cdc_reconcile.pipeline import TableLake, check, reconcile
 from cdc_reconcile.spark import build_session
 
@@ -28,22 +28,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--state-dsn", default=os.environ.get("CDC_STATE_DSN"), help="where the audit is recorded")
     parser.add_argument("--check-only", action="store_true", help="print the diff; exit 1 when it is not clean")
     parser.add_argument(
-        "--dry-run", nargs="?", const=True, default=False, type=_flag, help="write only the audit (true/false)"
+        "--dry-run", nargs="?", const=True, default=False, type=parse_flag, help="write only the audit (true/false)"
     )
     args = parser.parse_args(argv)
     if args.check_only and args.dry_run:
         parser.error("--check-only and --dry-run exclude each other")
     return args
-
-
-def _flag(text: str) -> bool:
-    """``--dry-run`` alone, or with a value rendered by a template (True/False, true/false, 1/0)."""
-    value = text.strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,9 +194,17 @@ def set_run_status(conn: psycopg.Connection, run_id: str, status: str) -> None:
 
 
 def open_range(
-    conn: psycopg.Connection, run_id: str, table: str, topic: str, partitions: Iterable[int]
+    conn: psycopg.Connection,
+    run_id: str,
+    table: str,
+    topic: str,
+    partitions: Iterable[int],
+    *,
+    start_offsets: Mapping[int, int] | None = None,
 ) -> dict[int, int]:
     """Open this run's range at the previous run's sealed end offsets; return the start per partition.
+
+    ``start_offsets`` (a full rescan: the topic's earliest offsets) replaces the previous ends.
 
     The previous end is, per partition, the end of the most recently sealed range of another run for
     the same table and topic (0 when there is none). If this run already opened a range for the
@@ -242,6 +250,8 @@ def open_range(
                 ).fetchall()
             )
             starts = {p: int(previous.get(p, 0)) for p in wanted}
+            if start_offsets is not None:
+                starts = {p: int(start_offsets.get(p, 0)) for p in wanted}
             _ensure_run(conn, run_id)
             with conn.cursor() as cur:
                 cur.executemany(
@@ -541,9 +551,10 @@ def _list_offsets(
     partitions: Iterable[int],
     isolation: IsolationLevel,
     timeout: float,
+    spec: OffsetSpec | None = None,
 ) -> dict[int, int]:
-    request = {KafkaTopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
-    doing = f"listing {isolation.name.lower()} end offsets"
+    request = {KafkaTopicPartition(topic, p): spec or OffsetSpec.latest() for p in partitions}
+    doing = f"listing {isolation.name.lower()} {'end' if spec is None else 'earliest'} offsets"
     try:
         futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=max(timeout, 0.5))
         return {tp.partition: future.result().offset for tp, future in futures.items()}
@@ -564,6 +575,14 @@ def last_stable_offsets(
     """
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     return _list_offsets(admin, bootstrap, topic, partitions, IsolationLevel.READ_COMMITTED, timeout)
+
+
+def earliest_offsets(bootstrap: str, topic: str, partitions: Iterable[int], *, timeout: float = 15.0) -> dict[int, int]:
+    """The log start offset per partition: where a full rescan begins (older records were deleted)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    return _list_offsets(
+        admin, bootstrap, topic, partitions, IsolationLevel.READ_COMMITTED, timeout, OffsetSpec.earliest()
+    )
 
 
 def log_end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], *, timeout: float = 15.0) -> dict[int, int]:

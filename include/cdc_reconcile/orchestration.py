@@ -152,13 +152,17 @@ def _table(name: str) -> TableConfig:
     return load_config().table(name)
 
 
-def checkpoint_offsets(table_name: str, run_id: str) -> dict[str, int]:
-    """Open (or, for a cleared task, reuse) this run's offset range at the previous run's end."""
+def checkpoint_offsets(table_name: str, run_id: str, full_rescan: bool = False) -> dict[str, int]:
+    """Open (or, for a cleared task, reuse) this run's offset range at the previous run's end.
+
+    A full rescan opens it at the topic's earliest offsets instead.
+    """
     table = _table(table_name)
     bootstrap = bootstrap_servers()
     partitions = checkpoints.list_partitions(bootstrap, table.topic)
+    earliest = checkpoints.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
     with state_connection() as conn:
-        starts = checkpoints.open_range(conn, run_id, table.name, table.topic, partitions)
+        starts = checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
     return {str(p): o for p, o in starts.items()}
 
 

@@ -129,8 +129,18 @@ def snapshot_of(lake: TableLake, run_id: str) -> tuple[PgSnapshot, dict[str, str
     return snapshot, spec, metadata
 
 
+def is_full_rescan(lake: TableLake, run_id: str) -> bool:
+    """Whether this run rebuilt the table from the whole topic (recorded with its table version)."""
+    return bool((storage.read_metadata(lake.table, _version(run_id)) or {}).get("full_rescan"))
+
+
 def previous_table(spark: SparkSession, lake: TableLake, run_id: str) -> tuple[DataFrame | None, str | None]:
-    """The lake table as the previous run left it, also when this run already published once."""
+    """The lake table as the previous run left it, also when this run already published once.
+
+    A full rescan starts from nothing: its range holds the whole topic.
+    """
+    if is_full_rescan(lake, run_id):
+        return None, None
     current = storage.current_version(lake.table)
     if current == _version(run_id):
         previous = (storage.read_metadata(lake.table, _version(run_id)) or {}).get("previous_version")
@@ -145,8 +155,12 @@ def _other_ranges(path: Path, run_id: str) -> list[str]:
     return [p for p in storage.list_partitions(path) if p != _version(run_id)]
 
 
-def _history(spark: SparkSession, path: Path, run_id: str, columns: Sequence[str]) -> DataFrame | None:
-    """What earlier runs wrote to a partitioned dataset (all ranges but this run's)."""
+def _history(
+    spark: SparkSession, path: Path, run_id: str, columns: Sequence[str], *, full_rescan: bool = False
+) -> DataFrame | None:
+    """What earlier runs wrote to a partitioned dataset (all ranges but this run's; none for a rescan)."""
+    if full_rescan:
+        return None
     others = _other_ranges(path, run_id)
     if not others:
         return None
@@ -163,8 +177,13 @@ def compact(
     starting: str,
     ending: str,
     options: DecodeOptions | None = None,
+    full_rescan: bool = False,
 ) -> dict[str, Any]:
-    """``compact_cdc``: Kafka range -> events, quarantine, changelog, and the new lake table."""
+    """``compact_cdc``: Kafka range -> events, quarantine, changelog, and the new lake table.
+
+    ``full_rescan``: the range is the whole topic, so the table is folded from it alone, and
+    duplicates are found within it (earlier ranges hold the same records again).
+    """
     began = time.monotonic()
     _, spec, _ = snapshot_of(lake, run_id)
     tagged = tag_envelopes(read_kafka_range(spark, bootstrap, starting, ending)).persist()
@@ -172,7 +191,9 @@ def compact(
     storage.replace_partition(parsed, lake.events, _version(run_id), sort_by=["partition", "offset"])
     events = storage.read_partitions(spark, lake.events, [_version(run_id)])
 
-    history = _history(spark, lake.events, run_id, [*IDENTITY, "partition", "offset", "is_tombstone"])
+    history = _history(
+        spark, lake.events, run_id, [*IDENTITY, "partition", "offset", "is_tombstone"], full_rescan=full_rescan
+    )
     if history is not None:
         history = change_events(history).drop("is_tombstone")
     marked = mark_duplicates(change_events(events), history).persist()
@@ -186,9 +207,13 @@ def compact(
     )
     storage.replace_partition(duplicates, lake.duplicates, _version(run_id), sort_by=["partition", "offset"])
 
-    table, previous_version = _fold_run(spark, lake, run_id, spec, key)
+    table, previous_version = _fold_run(spark, lake, run_id, spec, key, full_rescan=full_rescan)
     storage.publish(
-        table, lake.table, _version(run_id), sort_by=list(key), metadata={"previous_version": previous_version}
+        table,
+        lake.table,
+        _version(run_id),
+        sort_by=list(key),
+        metadata={"previous_version": previous_version, "full_rescan": full_rescan},
     )
     summary = {
         "table": lake.name,
@@ -216,11 +241,24 @@ def _run_changelog(spark: SparkSession, lake: TableLake, run_id: str, *, with_re
 
 
 def _fold_run(
-    spark: SparkSession, lake: TableLake, run_id: str, spec: dict[str, str], key: Sequence[str]
+    spark: SparkSession,
+    lake: TableLake,
+    run_id: str,
+    spec: dict[str, str],
+    key: Sequence[str],
+    *,
+    full_rescan: bool | None = None,
 ) -> tuple[DataFrame, str | None]:
+    if full_rescan is None:
+        full_rescan = is_full_rescan(lake, run_id)
     changelog = _run_changelog(spark, lake, run_id, with_repairs=True)
-    previous, previous_version = previous_table(spark, lake, run_id)
-    history = _history(spark, lake.changelog, run_id, ["partition", "op", "source_txid", "origin"])
+    if full_rescan:
+        previous, previous_version = None, storage.current_version(lake.table)
+    else:
+        previous, previous_version = previous_table(spark, lake, run_id)
+    history = _history(
+        spark, lake.changelog, run_id, ["partition", "op", "source_txid", "origin"], full_rescan=full_rescan
+    )
     resets = snapshot_resets(changelog, history)
     return fold_table(changelog, spec, key, previous=previous, resets=resets), previous_version
 
@@ -239,7 +277,13 @@ def check(
     snapshot, spec, _ = snapshot_of(lake, run_id)
     changelog = _run_changelog(spark, lake, run_id, with_repairs=with_repairs)
     previous, _ = previous_table(spark, lake, run_id)
-    history = _history(spark, lake.changelog, run_id, ["partition", "op", "source_txid", "origin"])
+    history = _history(
+        spark,
+        lake.changelog,
+        run_id,
+        ["partition", "op", "source_txid", "origin"],
+        full_rescan=is_full_rescan(lake, run_id),
+    )
     source = _source(spark, lake, run_id)
     as_of = lake_as_of(changelog, snapshot, spec, key, previous=previous, history=history).persist()
     diff = diff_rows(as_of, source, key, list(spec)).persist()
@@ -304,7 +348,13 @@ def validate(
     snapshot, spec, _ = snapshot_of(lake, run_id)
     changelog = _run_changelog(spark, lake, run_id, with_repairs=True)
     previous, _ = previous_table(spark, lake, run_id)
-    history = _history(spark, lake.changelog, run_id, ["partition", "op", "source_txid", "origin"])
+    history = _history(
+        spark,
+        lake.changelog,
+        run_id,
+        ["partition", "op", "source_txid", "origin"],
+        full_rescan=is_full_rescan(lake, run_id),
+    )
     source = _source(spark, lake, run_id)
     table = storage.read_version(spark, lake.table, _version(run_id))
     if table is None:

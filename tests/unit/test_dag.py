@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def test_tasks_run_in_the_designed_order_per_table(dagbag):
         "confirm_repair",
         "publish_lake_table",
     ]
-    for upstream, downstream in zip(order, order[1:], strict=False):
+    for upstream, downstream in itertools.pairwise(order):
         task = dag.get_task(f"reconcile_table.{upstream}")
         assert f"reconcile_table.{downstream}" in task.downstream_task_ids, f"{upstream} -> {downstream}"
     spark_tasks = [t for t in dag.tasks if type(t).__name__ == "SparkSubmitOperator"]
@@ -89,6 +90,7 @@ def test_the_trigger_form_offers_only_configured_tables_and_known_modes(dagbag):
     assert params["tables"] == ["public.customers", "public.order_lines"]
     assert params["mode"] == "repair"
     assert params["dry_run"] is False
+    assert params["full_rescan"] is False
     tables = params.get_param("tables")
     assert tables.resolve(["public.order_lines"]) == ["public.order_lines"]
     for bad in (["public.secrets"], ["public.customers; DROP TABLE x"], [], "public.customers"):

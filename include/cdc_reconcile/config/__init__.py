@@ -58,6 +58,16 @@ class PipelineConfig:
         return [t.name for t in self.tables]
 
 
+def parse_flag(text: str) -> bool:
+    """A command-line boolean as a template renders it: True/False, true/false, 1/0, yes/no."""
+    value = str(text).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
 def _check_name(name: object, where: str) -> str:
     if not isinstance(name, str) or name.count(".") != 1 or not all(IDENTIFIER.match(p) for p in name.split(".")):
         raise ConfigError(f"{where}: {name!r} must be a 'schema.table' name of letters, digits and underscores")

@@ -189,6 +189,30 @@ class Connect:
         except requests.RequestException as exc:
             return f"unreachable: {exc}"
 
+    def reset_offsets(self, name: str, timeout: float = 120) -> None:
+        """Stop the connector, delete its source offsets, resume it: Debezium then snapshots again.
+
+        What an operator's offset reset (or a lost offsets topic) does; Connect's REST API (KIP-875)
+        only allows it while the connector is STOPPED.
+        """
+        url = f"{self.config.connect_url}/connectors/{name}"
+        response = requests.put(f"{url}/stop", timeout=30)
+        if response.status_code >= 400:
+            raise StackError(f"connect: stopping {name!r} failed ({response.status_code}): {response.text}")
+
+        def stopped() -> bool:
+            status = self.connector_status(name) or {}
+            return status.get("connector", {}).get("state") == "STOPPED"
+
+        wait_until(stopped, timeout=timeout, what=f"connector {name} STOPPED")
+        response = requests.delete(f"{url}/offsets", timeout=60)
+        if response.status_code >= 400:
+            raise StackError(f"connect: deleting offsets of {name!r} failed ({response.status_code}): {response.text}")
+        response = requests.put(f"{url}/resume", timeout=30)
+        if response.status_code >= 400:
+            raise StackError(f"connect: resuming {name!r} failed ({response.status_code}): {response.text}")
+        self.wait_connector_running(name, timeout=timeout)
+
     def delete_connector(self, name: str) -> None:
         response = requests.delete(f"{self.config.connect_url}/connectors/{name}", timeout=30)
         if response.status_code not in (204, 404):

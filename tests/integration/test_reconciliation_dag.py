@@ -1,0 +1,232 @@
+"""The reconciliation DAG end to end (``airflow dags test``) on the real stack, with real faults.
+
+* a clean run passes the suite, repairs nothing and sends no alert;
+* after an injected snapshot re-run (Connect's source offsets reset twice: Debezium snapshots the
+  tables again), the suite fails, the repair drops the duplicates, the suite passes again and exactly
+  one warning alert names the counts, which equal a count taken straight from Kafka;
+* after lost events (changes made while the table was out of the publication), a dry run cannot
+  repair: the run fails and one critical alert names missing, stale and extra rows.
+
+It runs after ``test_engine`` (file order) on ``public.order_lines``, whose topic the engine tests
+never damaged, so the first run can rebuild its lake from the whole topic (full rescan) whatever
+earlier tests sealed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psycopg
+import pytest
+
+from cdc_reconcile import checkpoints, run_state, storage
+from cdc_reconcile.loader import run_loader
+from cdc_reconcile.stack.connect import Connect
+from cdc_reconcile.stack.dag_runs import DagRunResult, run_dag
+from cdc_reconcile.stack.topics import read_topic
+
+from .conftest import eventually
+
+pytestmark = pytest.mark.integration
+
+TABLE = "public.order_lines"
+TOPIC = "cdc.public.order_lines"
+GROUP = "reconcile_table"
+
+
+class AlertReceiver:
+    """A local webhook that keeps every alert posted to it."""
+
+    def __init__(self) -> None:
+        received: list[dict] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.append({"path": self.path, **json.loads(body)})
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.received = received
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def connection(self) -> str:
+        host, port = self.server.server_address
+        return json.dumps(
+            {"conn_type": "http", "host": host, "port": port, "schema": "http", "extra": {"endpoint": "/alerts"}}
+        )
+
+
+@pytest.fixture(scope="module")
+def alerts() -> Iterator[AlertReceiver]:
+    receiver = AlertReceiver()
+    receiver.thread.start()
+    yield receiver
+    receiver.server.shutdown()
+
+
+def dag_run(config, alerts: AlertReceiver, artifacts, label: str, **params) -> DagRunResult:
+    result = run_dag(
+        config, {"tables": [TABLE], **params}, extra_env={"AIRFLOW_CONN_CDC_ALERTS": alerts.connection}, label=label
+    )
+    (artifacts / f"dag_run_{label}.json").write_text(
+        json.dumps({"run_id": result.run_id, "state": result.state, "seconds": result.seconds, "tasks": result.tasks})
+    )
+    return result
+
+
+def task(result: DagRunResult, name: str) -> str | None:
+    return result.task_state(f"{GROUP}.{name}")
+
+
+def outcome(config, run_id: str, attempt: int) -> dict:
+    with checkpoints.connect(config.pg_dsn) as conn:
+        return run_state.latest_suite_outcome(conn, run_id, TABLE, attempt)
+
+
+def independent_duplicates(config, run_id: str) -> dict[str, int]:
+    """Duplicates in the run's offset range, by cause, counted from the raw topic with a plain consumer."""
+    with checkpoints.connect(config.pg_dsn) as conn:
+        start = checkpoints.get_range(conn, run_id, TABLE).start
+        end = checkpoints.get_range(conn, run_id, TABLE).end
+    seen, first_round = set(), {}
+    counts = {"redelivery": 0, "snapshot_rerun": 0}
+    for record in sorted(
+        read_topic(config.bootstrap_servers, TOPIC, timeout=30), key=lambda r: (r.partition, r.offset)
+    ):
+        payload = record.payload
+        if record.offset >= end[record.partition] or not payload or payload.get("op") not in ("c", "u", "d", "r"):
+            continue
+        in_range = record.offset >= start[record.partition]
+        key = record.key
+        identity = (key, payload["op"], payload["source"]["txId"], payload["source"]["lsn"])
+        if identity in seen:
+            counts["redelivery"] += in_range
+            continue
+        seen.add(identity)
+        if payload["op"] == "r" and first_round.setdefault(key, payload["source"]["txId"]) != payload["source"]["txId"]:
+            counts["snapshot_rerun"] += in_range
+    return counts
+
+
+def lake_rows(spark, config) -> set[tuple]:
+    table = storage.read_current(spark, config.lake_root / TABLE / "table")
+    return {
+        (r["order_id"], r["line_no"], r["quantity"]) for r in table.select("order_id", "line_no", "quantity").collect()
+    }
+
+
+def source_rows(pg: psycopg.Connection) -> set[tuple]:
+    return set(pg.execute(f"SELECT order_id, line_no, quantity FROM {TABLE}").fetchall())
+
+
+def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, alerts, artifacts, spark):
+    stats = run_loader(config.pg_dsn, rate=0, count=400, tables=("order_lines",), seed=41)
+    assert stats.total() == 400
+    result = dag_run(config, alerts, artifacts, "clean", full_rescan=True)
+    assert result.state == "success", result
+    assert task(result, "validate") == "success"
+    assert task(result, "decide_repair") == "skipped"
+    assert task(result, "reconcile") == "skipped"
+    assert task(result, "publish_lake_table") == "success"
+    initial = outcome(config, result.run_id, run_state.BEFORE_REPAIR)
+    assert initial["success"] and initial["counts"]["snapshot_rows"] == len(source_rows(pg))
+    assert alerts.received == []
+    assert lake_rows(spark, config) == source_rows(pg)
+
+
+def test_a_snapshot_rerun_fails_the_suite_is_repaired_and_warns_once(stack, config, pg, alerts, artifacts, spark):
+    rows = len(source_rows(pg))
+    connect = Connect(config)
+    before = sum(
+        1 for r in read_topic(config.bootstrap_servers, TOPIC, timeout=30) if (r.payload or {}).get("op") == "r"
+    )
+    for round_number in (1, 2):
+        connect.reset_offsets(config.connector_name)
+        eventually(
+            lambda n=round_number: (
+                sum(
+                    1
+                    for r in read_topic(config.bootstrap_servers, TOPIC, timeout=10)
+                    if (r.payload or {}).get("op") == "r"
+                )
+                >= before + n * rows
+            ),
+            timeout=120,
+            what=f"snapshot round {round_number} of {rows} rows in {TOPIC}",
+        )
+    result = dag_run(config, alerts, artifacts, "snapshot-rerun")
+    assert result.state == "success", result
+    expected = independent_duplicates(config, result.run_id)
+    assert expected["snapshot_rerun"] == rows, expected
+
+    initial = outcome(config, result.run_id, run_state.BEFORE_REPAIR)
+    assert not initial["success"]
+    assert {k: initial["counts"][k] for k in expected} == expected
+    failed = {c["check"] for c in initial["checks"] if not c["success"]}
+    assert "event uniqueness (duplicates)" in failed
+    assert not any(c["dataset"] == "differences" and not c["success"] for c in initial["checks"]), initial
+    assert outcome(config, result.run_id, run_state.AFTER_REPAIR)["success"]
+    for name in ("decide_repair", "reconcile", "validate_repaired", "confirm_repair", "publish_lake_table"):
+        assert task(result, name) == "success", (name, result.tasks)
+
+    assert len(alerts.received) == 1, alerts.received
+    alert = alerts.received[0]
+    assert alert["severity"] == "warning" and alert["path"] == "/alerts"
+    assert alert["found"] == {k: v for k, v in expected.items() if v}
+    assert alert["repaired"] == {k: v for k, v in expected.items() if v}
+    assert f"snapshot_rerun {rows}" in alert["text"]
+    assert alert["data_docs"] and (config.run_dir / alert["data_docs"]).exists()
+    assert lake_rows(spark, config) == source_rows(pg), "no committed source row is missing from the lake"
+
+
+def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_alert(
+    stack, config, pg, alerts, artifacts
+):
+    already = len(alerts.received)
+    with pg.transaction():
+        keys = pg.execute(f"SELECT order_id, line_no FROM {TABLE} ORDER BY order_id, line_no LIMIT 5").fetchall()
+    stale, extra = keys[:3], keys[3:]
+    pg.execute(f"ALTER PUBLICATION {config.publication_name} DROP TABLE {TABLE}")
+    try:
+        with pg.transaction():
+            pg.execute(
+                f"INSERT INTO {TABLE} (order_id, line_no, sku, quantity, unit_price) "
+                "SELECT 900000 + g, 1, 'LOST-' || g, g, 1.5 FROM generate_series(1, 4) g"
+            )
+            for order_id, line_no in stale:
+                pg.execute(
+                    f"UPDATE {TABLE} SET quantity = quantity + 1000 WHERE order_id = %s AND line_no = %s",
+                    (order_id, line_no),
+                )
+            for order_id, line_no in extra:
+                pg.execute(f"DELETE FROM {TABLE} WHERE order_id = %s AND line_no = %s", (order_id, line_no))
+    finally:
+        pg.execute(f"ALTER PUBLICATION {config.publication_name} ADD TABLE {TABLE}")
+
+    result = dag_run(config, alerts, artifacts, "lost-dry-run", dry_run=True)
+    assert result.state == "failed", result
+    assert task(result, "reconcile") == "success"
+    assert task(result, "confirm_repair") == "failed"
+    assert task(result, "publish_lake_table") in ("upstream_failed", "skipped")
+    counts = outcome(config, result.run_id, run_state.BEFORE_REPAIR)["counts"]
+    assert (counts["missing"], counts["stale"], counts["extra"]) == (4, 3, 2), counts
+    with checkpoints.connect(config.pg_dsn) as conn:
+        assert run_state.audit_counts(conn, result.run_id, TABLE) == {"extra": 2, "missing": 4, "stale": 3}
+
+    new = alerts.received[already:]
+    assert len(new) == 1, new
+    alert = new[0]
+    assert alert["severity"] == "critical"
+    assert alert["found"] == {"missing": 4, "extra": 2, "stale": 3}
+    assert alert["repaired"] == {}
+    assert "dry run" in alert["title"]
+    assert "no missing rows: 4 unexpected" in alert["text"]
