@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -625,6 +626,30 @@ def _exact_decimal(text: Column, dt: T.DecimalType) -> Column:
     return _let(text, cast)
 
 
+# decimal(20,0) * 10^-scale stays exact (precision 20 + scale + 2 <= 38) up to this scale
+_FAST_MAX_SCALE = 16
+
+
+def _small_decimal(b64: Column, scale: int, dt: T.DecimalType, otherwise: Column) -> Column:
+    """Base64 two's complement of 1 to 8 bytes at a known scale, without higher-order functions.
+
+    The general decoder binds intermediate values with lambdas, which Spark evaluates interpreted,
+    row by row; this covers every value of a numeric of up to 18 digits with code-generated
+    built-ins: sign-extend the hex to 64 bits and let ``conv`` read it as a signed long
+    (negative ``toBase``), then scale by an exact decimal product. Longer values take ``otherwise``.
+    """
+    raw = F.try_to_binary(b64, F.lit("base64"))
+    hexed = F.hex(raw)
+    negative = F.substring(hexed, 1, 1).isin(*"89ABCDEF")
+    padded = F.when(negative, F.lpad(hexed, 16, "F")).otherwise(F.lpad(hexed, 16, "0"))
+    unscaled = F.conv(padded, 16, -10).cast(T.DecimalType(20, 0))
+    value = unscaled if scale == 0 else unscaled * F.lit(Decimal(1).scaleb(-scale))
+    n_bytes = F.length(raw)
+    return (
+        F.when(raw.isNull(), F.lit(None).cast(dt)).when(n_bytes.between(1, 8), value.try_cast(dt)).otherwise(otherwise)
+    )
+
+
 def _decode_decimal(raw: Column, t: PgType, dt: T.DecimalType, options: DecodeOptions) -> Column:
     def variable(raw_struct: Column) -> Column:
         vs = F.from_json(raw_struct, "scale int, value string")
@@ -642,6 +667,8 @@ def _decode_decimal(raw: Column, t: PgType, dt: T.DecimalType, options: DecodeOp
         else:
             known_scale = max(t.args[1], 0) if len(t.args) > 1 else 0
         fixed = _exact_decimal(_scaled_string(twos_complement_to_unscaled(raw), F.lit(known_scale)), dt)
+        if known_scale <= _FAST_MAX_SCALE:
+            fixed = _small_decimal(raw, known_scale, dt, fixed)
     elif mode == "string":
         fixed = _exact_decimal(raw, dt)
     else:
@@ -676,7 +703,7 @@ def _decode_binary(raw: Column, options: DecodeOptions) -> Column:
 
 def _decode_scalar(raw: Column, t: PgType, options: DecodeOptions) -> Column:
     """One Debezium-encoded value (as text) to its Spark type; null when absent or undecodable."""
-    return _let(raw, lambda r: _decode_bound(r, t, options))
+    return _decode_bound(raw, t, options)
 
 
 def _decode_bound(raw: Column, t: PgType, options: DecodeOptions) -> Column:
@@ -741,22 +768,19 @@ def _placeholder_texts(t: PgType, options: DecodeOptions) -> list[str]:
     return forms
 
 
-def _decode_column(raw: Column, name: str, t: PgType, options: DecodeOptions) -> Column:
-    """struct(value, unavailable, error) for one column of an image."""
+def _decode_column(raw: Column, name: str, t: PgType, options: DecodeOptions) -> tuple[Column, Column, Column]:
+    """(value, unavailable, error) for one column of an image: the name or null for the last two.
 
-    def classify(r: Column) -> Column:
-        unavailable = F.coalesce(r.isin(*_placeholder_texts(t, options)), F.lit(False))
-        decoded = F.when(~unavailable, _decode_value(r, t, options)).cast(spark_type(t, options))
-        return _let(
-            decoded,
-            lambda d: F.struct(
-                d.alias("v"),
-                F.when(unavailable, F.lit(name)).alias("u"),
-                F.when(~unavailable & r.isNotNull() & d.isNull(), F.lit(name)).alias("e"),
-            ),
-        )
-
-    return _let(raw, classify)
+    No lambda binding here: ``raw`` is a map lookup, and lambdas would make Spark evaluate the whole
+    decode interpreted, row by row (the cost of compaction before this was changed).
+    """
+    unavailable = F.coalesce(raw.isin(*_placeholder_texts(t, options)), F.lit(False))
+    decoded = F.when(~unavailable, _decode_value(raw, t, options)).cast(spark_type(t, options))
+    return (
+        decoded,
+        F.when(unavailable, F.lit(name)),
+        F.when(~unavailable & raw.isNotNull() & decoded.isNull(), F.lit(name)),
+    )
 
 
 def decode_image(image: Column | str, spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> Column:
@@ -770,28 +794,25 @@ def decode_image(image: Column | str, spec: TableSpec, options: DecodeOptions = 
     reserved = {UNAVAILABLE_FIELD, DECODE_ERRORS_FIELD} & set(spec)
     if reserved:
         raise ValueError(f"column names clash with decode metadata: {sorted(reserved)}")
-    types = {name: PgType.parse(pg) for name, pg in spec.items()}
     text = F.col(image) if isinstance(image, str) else image
-    fields = [f"c{i}" for i in range(len(types))]
+    return _let(_json_map(text), lambda m: decode_map(m, spec, options))
 
-    def assemble(cols: Column) -> Column:
-        parts = [cols.getField(f) for f in fields]
-        return F.struct(
-            *[p.getField("v").alias(name) for p, name in zip(parts, types, strict=True)],
-            F.filter(F.array(*[p.getField("u") for p in parts]), lambda x: x.isNotNull()).alias(UNAVAILABLE_FIELD),
-            F.filter(F.array(*[p.getField("e") for p in parts]), lambda x: x.isNotNull()).alias(DECODE_ERRORS_FIELD),
-        )
 
-    def per_column(m: Column) -> Column:
-        decoded = F.struct(
-            *[
-                _decode_column(m.getItem(name), name, t, options).alias(f)
-                for f, (name, t) in zip(fields, types.items(), strict=True)
-            ]
-        )
-        return F.when(m.isNotNull(), _let(decoded, assemble))
+def decode_map(m: Column, spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> Column:
+    """:func:`decode_image` of an image already parsed to map<string,string> (null map: null row).
 
-    return _let(_json_map(text), per_column)
+    Pass a column reference, not an expression: the map is looked up once per use.
+    """
+    reserved = {UNAVAILABLE_FIELD, DECODE_ERRORS_FIELD} & set(spec)
+    if reserved:
+        raise ValueError(f"column names clash with decode metadata: {sorted(reserved)}")
+    parts = [_decode_column(m.getItem(name), name, PgType.parse(pg), options) for name, pg in spec.items()]
+    row = F.struct(
+        *[v.alias(name) for (v, _, _), name in zip(parts, spec, strict=True)],
+        F.array_compact(F.array(*[u for _, u, _ in parts])).alias(UNAVAILABLE_FIELD),
+        F.array_compact(F.array(*[e for _, _, e in parts])).alias(DECODE_ERRORS_FIELD),
+    )
+    return F.when(m.isNotNull(), row)
 
 
 def tag_decode_errors(events: DataFrame, spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> DataFrame:
@@ -800,8 +821,17 @@ def tag_decode_errors(events: DataFrame, spec: TableSpec, options: DecodeOptions
     Decoding is the costly step of compaction: persist this result when both the decoded rows and
     the quarantine are consumed (see :func:`split_decoded`), or the optimizer evaluates it per use.
     """
-    decoded = events.withColumn("before_row", decode_image("before", spec, options)).withColumn(
-        "after_row", decode_image("after", spec, options)
+    # Parse each image once into a column of its own, then decode from that column: Spark keeps the
+    # parse in its own projection (it is not cheap to repeat) and code-generates the decoding.
+    decoded = (
+        events.withColumns({"_before_map": _json_map(F.col("before")), "_after_map": _json_map(F.col("after"))})
+        .withColumns(
+            {
+                "before_row": decode_map(F.col("_before_map"), spec, options),
+                "after_row": decode_map(F.col("_after_map"), spec, options),
+            }
+        )
+        .drop("_before_map", "_after_map")
     )
     errs = F.concat(
         F.transform(
