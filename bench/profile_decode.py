@@ -70,12 +70,11 @@ def main() -> None:
     print(f"{rows:,} events ({n:,} distinct)")
     raw = base.select("topic", "partition", "offset", "key", F.col("raw_value").alias("value"))
     _time("read cached input", lambda: base, rows)
-    _time("tag_envelopes (parse)", lambda: tag_envelopes(raw), rows)
-    _time("decode after (all columns)", lambda: base.select(decode_image("after", SPEC).alias("r")), rows)
-    for name, pg in SPEC.items():
-        _time(
-            f"decode after [{name} {pg}]", lambda s={name: pg}: base.select(decode_image("after", s).alias("r")), rows
-        )
+    _time("tag_envelopes (parse)", lambda: module.tag_envelopes(raw), rows)
+    _time("tag_decode_errors (both images)", lambda: module.tag_decode_errors(base, SPEC), rows)
+    if args.per_column:
+        for name, pg in SPEC.items():
+            _time(f"decode [{name} {pg}]", lambda s={name: pg}: module.tag_decode_errors(base, s), rows)
     spark.stop()
 
 
