@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import time
 from collections.abc import Callable
 
@@ -54,6 +55,7 @@ def main() -> None:
     if args.decoder:
         spec_ = importlib.util.spec_from_file_location("debezium_other", args.decoder)
         module = importlib.util.module_from_spec(spec_)
+        sys.modules["debezium_other"] = module
         spec_.loader.exec_module(module)
     spark = build_session("profile-decode", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
