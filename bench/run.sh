@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The benchmark of issue 6: set up, start the bench's own stack (own ports and run folder), measure,
+# write bench/results/<timestamp>.json and .md, stop the stack. Options go to bench/bench.py, e.g.
+#   bash bench/run.sh --sizes 100000,1000000 --repeats 3
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bash "$ROOT/scripts/setup.sh"
+stamp=$(sha256sum "$ROOT/bench/requirements.txt" | cut -d' ' -f1)
+if [ "$(cat "$ROOT/.venv/.cdc-bench-stamp" 2>/dev/null)" != "$stamp" ]; then
+  "$ROOT/.venv/bin/python" -m pip install -q -r "$ROOT/bench/requirements.txt" -c "$ROOT/constraints.txt"
+  echo "$stamp" > "$ROOT/.venv/.cdc-bench-stamp"
+fi
+export CDC_RUN_DIR=${CDC_BENCH_RUN_DIR:-$ROOT/.run/bench-stack}
+export CDC_PG_PORT=${CDC_BENCH_PG_PORT:-55452}
+export CDC_KAFKA_PORT=${CDC_BENCH_KAFKA_PORT:-59112}
+export CDC_KAFKA_CONTROLLER_PORT=${CDC_BENCH_KAFKA_CONTROLLER_PORT:-59113}
+export CDC_CONNECT_PORT=${CDC_BENCH_CONNECT_PORT:-58103}
+export PYARROW_IGNORE_TIMEZONE=1
+cd "$ROOT"
+stop_stack() { "$ROOT/.venv/bin/python" -c 'from cdc_reconcile.stack import Stack, StackConfig; Stack(StackConfig()).down()' || true; }
+trap stop_stack EXIT
+"$ROOT/.venv/bin/python" -m bench.bench "$@"

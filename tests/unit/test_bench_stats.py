@@ -1,0 +1,54 @@
+"""The benchmark's arithmetic and table: the README's figures come from these functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import stats
+
+
+def test_summary_uses_the_median_and_reports_the_range():
+    s = stats.summarise([3.0, 1.0, 2.0, 10.0])
+    assert s["median"] == 2.5
+    assert (s["min"], s["max"], s["n"]) == (1.0, 10.0, 4)
+    assert s["spread"] == pytest.approx(9.0 / 2.5)
+
+
+def test_summary_of_nothing_is_an_error():
+    with pytest.raises(ValueError):
+        stats.summarise([])
+
+
+def test_rates_and_ratios():
+    assert stats.rate(1000, 4.0) == 250.0
+    assert stats.rate(1000, 0.0) == 0.0
+    # compaction 8 s against a raw read of 2 s: a quarter of the raw rate, four times the time
+    assert stats.ratio(8.0, 2.0, higher_is_better=True) == 0.25
+    assert stats.ratio(8.0, 2.0) == 4.0
+    assert stats.ratio(0.0, 2.0) == 0.0
+
+
+def test_markdown_table_rows():
+    ours = stats.summarise([2.0, 2.0, 4.0])
+    base = stats.summarise([1.0])
+    table = stats.markdown_table(
+        [
+            {
+                "size": 100_000,
+                "step": "diff",
+                "unit": "rows",
+                "work": 100_000,
+                "ours": ours,
+                "baseline": base,
+                "baseline_name": "DuckDB",
+                "ratio_text": "2.00x time",
+                "target_text": "<= 1.5x",
+            },
+            {"size": 100_000, "step": "hourly", "unit": "changes", "work": 10_000, "ours": ours},
+        ]
+    )
+    lines = table.splitlines()
+    assert len(lines) == 4 and all(line.count("|") == 11 for line in lines)
+    assert "| 100,000 | diff | 100,000 rows | 2.00 s (2.00-4.00) | 50,000 rows/s | DuckDB |" in lines[2]
+    assert "100,000 rows/s | 2.00x time | <= 1.5x |" in lines[2]
+    assert lines[3].endswith("| - | - | - | - | - |")
