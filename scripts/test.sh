@@ -7,4 +7,5 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest --timeout=900 "$@"
+# Fault scenarios marked `slow` run with `bash scripts/faults.sh`; a later -m in "$@" overrides this one.
+exec .venv/bin/python -m pytest --timeout=900 -m "not slow" "$@"

@@ -60,11 +60,13 @@ def airflow_stack(stack: Stack) -> Iterator[Stack]:
     """The session's stack plus Airflow (API server + UI, scheduler, DAG processor), for one test
     module: a gigabyte and a scheduler loop that the other tests on 2 cores should not pay for."""
     stack.with_airflow = True
+    os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"  # only the test's own runs; no hourly run in between
     try:
         stack.airflow.start()
         yield stack
     finally:
         stack.with_airflow = False
+        os.environ.pop("CDC_AIRFLOW_SCHEDULES", None)
         stack.airflow.stop()
         assert not stack.airflow.leftover_pids(), "airflow processes survived stop"
 

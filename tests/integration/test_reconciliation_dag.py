@@ -106,7 +106,7 @@ def independent_duplicates(config, run_id: str) -> dict[str, int]:
         if record.offset >= end[record.partition] or not payload or payload.get("op") not in ("c", "u", "d", "r"):
             continue
         in_range = record.offset >= start[record.partition]
-        key = record.key
+        key = json.dumps(record.key, sort_keys=True)
         identity = (key, payload["op"], payload["source"]["txId"], payload["source"]["lsn"])
         if identity in seen:
             counts["redelivery"] += in_range
