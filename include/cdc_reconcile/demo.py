@@ -76,7 +76,7 @@ def inject_snapshot_rerun(stack: Stack, rows: int) -> dict[str, Any]:
     with psycopg.connect(config.pg_dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO public.customers (name, email, balance, attrs) "
-            "SELECT 'customer ' || g, 'c' || g || '@example.com', (g % 100000) / 100.0, "
+            "SELECT 'customer ' || g, 'c' || g || '@example.com', (g %% 100000) / 100.0, "
             "jsonb_build_object('g', g, 'city', 'Zürich') FROM generate_series(1, %s) g",
             (rows,),
         )

@@ -115,8 +115,8 @@ class Kafka:
             "kafka.tools.StorageTool",
             "format",
             "--standalone",
-            "-t",
-            cluster_id,
+            # '=' form: a URL-safe base64 id may start with '-', which argparse would read as an option
+            f"--cluster-id={cluster_id}",
             "-c",
             str(self.properties_file),
             heap="256m",
