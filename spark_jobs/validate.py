@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             lake=TableLake(args.lake_root, table.name),
             run_id=args.run_id,
             key=table.key,
-            gx_root=args.gx_root,
+            gx_root=os.path.realpath(args.gx_root),
             phase=args.phase,
         )
     except PipelineError as exc:

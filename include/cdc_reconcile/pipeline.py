@@ -42,7 +42,7 @@ from .compaction import (
 from .debezium import DecodeOptions, split_envelopes, tag_envelopes
 from .diff import EXTRA, MISSING, STALE, DiffReport, diff_rows, lake_as_of, summarise, visible_changes
 from .repair import audit_rows, repair_events, resolve_duplicates
-from .suite import DIFFERENCE_COLUMNS, SuiteOutcome, run_suite
+from .suite import CHANGE_IDENTITY, DIFFERENCE_COLUMNS, DUPLICATE_COLUMNS, SuiteOutcome, run_suite
 from .visibility import PgSnapshot
 
 
@@ -366,12 +366,19 @@ def validate(
         *(F.when(F.col("kind") == kind, _key_text(key)).alias(column) for kind, column in DIFFERENCE_COLUMNS.items()),
     )
     range_changelog = storage.read_partitions(spark, lake.changelog, [_version(run_id)])
+    changes = range_changelog.select(
+        *CHANGE_IDENTITY,
+        *(
+            F.when(F.col("duplicate_class") == cause, F.col("key")).alias(column)
+            for cause, column in DUPLICATE_COLUMNS.items()
+        ),
+    )
     counts = {MISSING: 0, EXTRA: 0, STALE: 0}
     counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
     counts.update(duplicate_counts(range_changelog))
     counts["snapshot_rows"] = source.count()
     outcome = run_suite(
-        {"lake_as_of": as_of, "lake_table": table, "changelog": range_changelog, "differences": differences},
+        {"lake_as_of": as_of, "lake_table": table, "changelog": changes, "differences": differences},
         table=lake.name,
         run_id=run_id,
         phase=phase,

@@ -7,8 +7,9 @@ Four datasets of one run are validated, each by its own suite:
   count, measured in the same run, is bound to the suite parameter ``snapshot_row_count``;
 * ``lake_table``: the published lake table. Primary-key uniqueness (compound keys too), no NULL key
   column, and the schema: exactly the source's columns plus the CDC metadata columns;
-* ``changelog``: this range's changelog. Event uniqueness: no change delivered twice
-  (``duplicate_class`` is NULL everywhere and the change identity is unique);
+* ``changelog``: this range's changelog. Event uniqueness: no change delivered twice, one
+  expectation per cause (a ``<cause>_key`` column holds the key of each duplicate, so the unexpected
+  values are sample keys), and the change identity ``(key, op, txId, lsn)`` unique;
 * ``differences``: the keys whose rows differ by typed row hash, one column per kind, so each kind is
   one expectation whose unexpected values are sample keys (missing, extra, stale rows = 0).
 
@@ -32,6 +33,7 @@ from pyspark.sql import DataFrame
 SUITE = "cdc_reconciliation"
 DATASETS = ("lake_as_of", "lake_table", "changelog", "differences")
 DIFFERENCE_COLUMNS = {"missing": "missing_key", "extra": "extra_key", "stale": "stale_key"}
+DUPLICATE_COLUMNS = {"redelivery": "redelivery_key", "snapshot_rerun": "snapshot_rerun_key"}
 CHANGE_IDENTITY = ["key", "op", "source_txid", "source_lsn"]
 SAMPLE_SIZE = 5
 
@@ -92,8 +94,13 @@ def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
             ),
         ],
         "changelog": [
-            ge.ExpectColumnValuesToBeNull(column="duplicate_class", meta={"check": "event uniqueness (duplicates)"}),
-            ge.ExpectCompoundColumnsToBeUnique(column_list=CHANGE_IDENTITY, meta={"check": "event uniqueness"}),
+            *(
+                ge.ExpectColumnValuesToBeNull(column=column, meta={"check": f"event uniqueness: no {cause} events"})
+                for cause, column in DUPLICATE_COLUMNS.items()
+            ),
+            ge.ExpectCompoundColumnsToBeUnique(
+                column_list=CHANGE_IDENTITY, meta={"check": "event uniqueness: change identity"}
+            ),
         ],
         "differences": [
             ge.ExpectColumnValuesToBeNull(column=column, meta={"check": f"row-level equality: no {kind} rows"})

@@ -19,6 +19,9 @@ from urllib.parse import quote, unquote
 import pytest
 import requests
 
+from cdc_reconcile import checkpoints
+from cdc_reconcile.config import default_config
+from cdc_reconcile.loader import run_loader
 from cdc_reconcile.stack import Stack, StackConfig
 
 pytestmark = pytest.mark.integration
@@ -27,6 +30,7 @@ pytestmark = pytest.mark.integration
 DAG_ID = "cdc_reconciliation"
 PARAM = "mode"
 VALUE: Any = "check_only"
+LABEL = "Check only (fail on differences)"  # how the form shows VALUE (the Param's values_display)
 RUN_TIMEOUT = 900  # seconds for the triggered run to finish (Spark jobs on 2 cores)
 UI_TIMEOUT = 60  # seconds for one page state to appear
 
@@ -123,9 +127,9 @@ def field_selector(name: str) -> str:
     return f"#element_{name}, [name='element_{name}']"
 
 
-def set_param(driver, dialog, name: str, value: Any) -> None:
+def set_param(driver, dialog, name: str, value: Any, label: str | None = None) -> None:
     """Set one Param in the trigger form the way a person would, for the field kinds Airflow renders:
-    an enum as a select (type, pick the option), a boolean as a switch, anything else as text."""
+    an enum as a select (pick the option by the label it shows), a boolean as a switch, else text."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
@@ -136,7 +140,7 @@ def set_param(driver, dialog, name: str, value: Any) -> None:
         option = wait_for(
             lambda: next(
                 o
-                for o in driver.find_elements(By.XPATH, f"//*[@role='option'][normalize-space(.)='{value}']")
+                for o in driver.find_elements(By.XPATH, f"//*[@role='option'][normalize-space(.)='{label or value}']")
                 if o.is_displayed()
             ),
             timeout=UI_TIMEOUT,
@@ -144,7 +148,11 @@ def set_param(driver, dialog, name: str, value: Any) -> None:
         )
         option.click()
         field = dialog.find_element(By.NAME, f"element_{name}")
-        wait_for(lambda: field.get_attribute("value") == str(value), timeout=10, what=f"{name} selected")
+        wait_for(
+            lambda: field.get_attribute("value") in (str(value), label),
+            timeout=10,
+            what=f"{name} selected",
+        )
         return
     if container.get_attribute("type") == "checkbox":
         if container.is_selected() != bool(value):
@@ -173,6 +181,14 @@ def test_trigger_with_a_param_from_the_ui_and_see_the_run_succeed(airflow_stack:
         pytest.skip(f"{dag_file} does not exist yet (CDC_TEST_AIRFLOW_DAGS_FOLDER points at another DAG folder)")
     from selenium.webdriver.common.by import By
 
+    # Debezium creates a table's topic with its first event; the run reconciles rows that exist
+    run_loader(config.pg_dsn, rate=0, count=60, mix={"insert": 1.0}, seed=7)
+    for table in default_config().tables:
+        wait_for(
+            lambda t=table: checkpoints.list_partitions(config.bootstrap_servers, t.topic, timeout=5),
+            timeout=120,
+            what=f"topic {table.topic}",
+        )
     rest = api(config)
     dag = wait_for(
         lambda: (r := rest.get(f"{config.airflow_url}/api/v2/dags/{DAG_ID}", timeout=10)).ok and r.json(),
@@ -198,7 +214,7 @@ def test_trigger_with_a_param_from_the_ui_and_see_the_run_succeed(airflow_stack:
             timeout=UI_TIMEOUT,
             what=f"Param {PARAM}",
         )
-        set_param(driver, dialog, PARAM, VALUE)
+        set_param(driver, dialog, PARAM, VALUE, LABEL)
         button(driver, "Trigger", within=dialog).click()
 
         # The UI moves to the new run's page: /dags/<dag_id>/runs/<run_id>.

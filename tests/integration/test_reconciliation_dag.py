@@ -172,7 +172,7 @@ def test_a_snapshot_rerun_fails_the_suite_is_repaired_and_warns_once(stack, conf
     assert not initial["success"]
     assert {k: initial["counts"][k] for k in expected} == expected
     failed = {c["check"] for c in initial["checks"] if not c["success"]}
-    assert "event uniqueness (duplicates)" in failed
+    assert "event uniqueness: no snapshot_rerun events" in failed
     assert not any(c["dataset"] == "differences" and not c["success"] for c in initial["checks"]), initial
     assert outcome(config, result.run_id, run_state.AFTER_REPAIR)["success"]
     for name in ("decide_repair", "reconcile", "validate_repaired", "confirm_repair", "publish_lake_table"):

@@ -23,7 +23,9 @@ TABLE_SCHEMA = ", ".join(
         "_cdc_origin string",
     ]
 )
-CHANGELOG_SCHEMA = "key string, op string, source_txid long, source_lsn long, duplicate_class string"
+CHANGELOG_SCHEMA = (
+    "key string, op string, source_txid long, source_lsn long, redelivery_key string, snapshot_rerun_key string"
+)
 DIFF_SCHEMA = "order_id long, line_no int, missing_key string, extra_key string, stale_key string"
 
 
@@ -63,13 +65,16 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root):
     data = datasets(
         spark,
         [(1, 1, 5), (1, 2, 6), (2, 1, 7)],
-        [('{"order_id":1,"line_no":1}', "c", 100, 1000, None), ('{"order_id":1,"line_no":2}', "c", 101, 1001, None)],
+        [
+            ('{"order_id":1,"line_no":1}', "c", 100, 1000, None, None),
+            ('{"order_id":1,"line_no":2}', "c", 101, 1001, None, None),
+        ],
         [],
     )
     outcome = run(spark, gx_root, data, snapshot_rows=3)
     assert outcome.success, describe(outcome)
     assert {c["dataset"] for c in outcome.checks} == {"lake_as_of", "lake_table", "changelog", "differences"}
-    assert len(outcome.checks) == 10
+    assert len(outcome.checks) == 11
     assert data_docs_index(gx_root / "gx-project").is_file()
 
 
@@ -78,9 +83,9 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
         spark,
         [(1, 1, 5), (1, 1, 6), (2, 1, 7)],  # a doubled compound key
         [
-            ('{"order_id":1,"line_no":1}', "c", 100, 1000, None),
-            ('{"order_id":1,"line_no":1}', "c", 100, 1000, "redelivery"),
-            ('{"order_id":2,"line_no":1}', "r", 90, 900, "snapshot_rerun"),
+            ('{"order_id":1,"line_no":1}', "c", 100, 1000, None, None),
+            ('{"order_id":1,"line_no":1}', "c", 100, 1000, '{"order_id":1,"line_no":1}', None),
+            ('{"order_id":2,"line_no":1}', "r", 90, 900, None, '{"order_id":2,"line_no":1}'),
         ],
         [
             (3, 1, '{"order_id":3,"line_no":1}', None, None),
@@ -94,8 +99,9 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
     assert set(failed) == {
         ("lake_as_of", "row-count parity as of the snapshot"),
         ("lake_table", "primary-key uniqueness"),
-        ("changelog", "event uniqueness (duplicates)"),
-        ("changelog", "event uniqueness"),
+        ("changelog", "event uniqueness: no redelivery events"),
+        ("changelog", "event uniqueness: no snapshot_rerun events"),
+        ("changelog", "event uniqueness: change identity"),
         ("differences", "row-level equality: no missing rows"),
         ("differences", "row-level equality: no stale rows"),
     }
@@ -105,7 +111,10 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
         '{"order_id":3,"line_no":1}',
         '{"order_id":4,"line_no":1}',
     ]
-    assert failed[("changelog", "event uniqueness (duplicates)")]["unexpected_count"] == 2
+    assert failed[("changelog", "event uniqueness: no redelivery events")]["unexpected_count"] == 1
+    assert failed[("changelog", "event uniqueness: no snapshot_rerun events")]["samples"] == [
+        '{"order_id":2,"line_no":1}'
+    ]
     assert "no missing rows: 2 unexpected" in describe(outcome)
 
 
