@@ -223,11 +223,22 @@ def test_trigger_with_a_param_from_the_ui_and_see_the_run_succeed(airflow_stack:
             timeout=UI_TIMEOUT,
             what="run page after triggering",
         )
-        state = wait_for(
-            lambda: (s := run_badge(driver, run_id)) in ("Success", "Failed", "Upstream Failed") and s,
+        # While the Spark jobs run, the browser leaves the page: the UI's live refresh would take a
+        # core of the two from them. The run's end is awaited through the REST API, then shown.
+        run_url = driver.current_url
+        driver.get("about:blank")
+        run_path = f"{config.airflow_url}/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}"
+        wait_for(
+            lambda: rest.get(run_path, timeout=10).json()["state"] in ("success", "failed"),
             timeout=RUN_TIMEOUT,
             what=f"run {run_id} finished",
-            interval=2,
+            interval=3,
+        )
+        driver.get(run_url)
+        state = wait_for(
+            lambda: (s := run_badge(driver, run_id)) in ("Success", "Failed", "Upstream Failed") and s,
+            timeout=UI_TIMEOUT,
+            what=f"run {run_id}'s final state on its page",
         )
         driver.save_screenshot(str(artifacts / "airflow_ui_run.png"))
     except BaseException:

@@ -179,6 +179,7 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     assert next_report.clean, next_report.as_dict()
 
 
+@pytest.mark.slow  # about 4 minutes; the fault matrix runs it (scripts/faults.sh), the DAG test covers re-runs
 def test_worker_killed_during_initial_snapshot_yields_counted_snapshot_reruns(stack, config, spark, lake, pg):
     """kill -9 of the Connect worker mid-snapshot: the snapshot runs again, re-emitting rows already sent."""
     pg.execute(
