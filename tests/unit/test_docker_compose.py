@@ -408,3 +408,16 @@ def test_ports_bind_localhost_and_are_configurable(services: dict[str, dict[str,
     assert len(published) == len(set(published)), f"two services default to one host port: {published}"
     for service in ("postgres", "kafka", "connect", "airflow"):
         assert services[service].get("ports"), f"{service} is not reachable from the host"
+
+
+def test_airflow_defines_what_the_dag_reads(services: dict[str, dict[str, Any]]) -> None:
+    """The connection ids and variable names in cdc_reconcile.orchestration, each defined once."""
+    import json
+
+    from cdc_reconcile import orchestration
+
+    environment = env(services["airflow"])
+    for conn_id in (orchestration.STATE_CONN, orchestration.SOURCE_CONN, orchestration.KAFKA_CONN, "spark_default"):
+        document = json.loads(interpolate(environment[f"AIRFLOW_CONN_{conn_id.upper()}"]))
+        assert document["conn_type"] in ("postgres", "generic", "spark"), conn_id
+    assert environment[f"AIRFLOW_VAR_{orchestration.LAKE_ROOT_VAR.upper()}"] == "/opt/airflow/lake"
