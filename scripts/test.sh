@@ -8,4 +8,4 @@ bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 .venv/bin/ruff check .
 # Fault scenarios marked `slow` run with `bash scripts/faults.sh`; a later -m in "$@" overrides this one.
-exec .venv/bin/python -m pytest --timeout=900 -m "not slow" "$@"
+exec .venv/bin/python -m pytest --timeout=1800 -m "not slow" "$@"
