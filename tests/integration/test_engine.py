@@ -21,7 +21,7 @@ from cdc_reconcile import checkpoints, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
 from cdc_reconcile.loader import run_loader
-from cdc_reconcile.pipeline import TableLake, check, compact, reconcile
+from cdc_reconcile.pipeline import TableLake, check, compact, is_full_rescan, reconcile
 from cdc_reconcile.stack.connect import connector_config
 from cdc_reconcile.stack.topics import read_topic, unwrap
 
@@ -38,15 +38,21 @@ def lake(tmp_path_factory) -> Path:
 
 
 def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, watermark_topic: str | None = None):
-    """checkpoint_offsets -> snapshot_source -> seal_offsets -> compact_cdc -> diff, as the DAG runs them."""
+    """checkpoint_offsets -> snapshot_source -> seal_offsets -> compact_cdc -> diff, as the DAG runs them.
+
+    The first run into an empty lake is a full rescan (the DAG's ``full_rescan``): other test modules
+    may have sealed ranges of the same table for their own lakes.
+    """
     pipeline = load_config()
     bootstrap = config.bootstrap_servers
+    table_lake = TableLake(lake, table.name)
+    full_rescan = storage.current_version(table_lake.table) is None
     with checkpoints.connect(config.pg_dsn) as conn:
         checkpoints.ensure_state_schema(conn)
         eventually(lambda: _topic_exists(bootstrap, table.topic), timeout=60, what=f"topic {table.topic}")
-        checkpoints.open_range(
-            conn, run_id, table.name, table.topic, checkpoints.list_partitions(bootstrap, table.topic)
-        )
+        partitions = checkpoints.list_partitions(bootstrap, table.topic)
+        earliest = checkpoints.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
+        checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
         result = take_snapshot(spark, config, table, lake, run_id, partitions=2)
         meta = result.metadata
         checkpoints.record_snapshot(
@@ -73,9 +79,15 @@ def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, wate
             timeout=180,
         )
     starting, ending = sealed.as_spark_json()
-    table_lake = TableLake(lake, table.name)
     summary = compact(
-        spark, lake=table_lake, run_id=run_id, key=table.key, bootstrap=bootstrap, starting=starting, ending=ending
+        spark,
+        lake=table_lake,
+        run_id=run_id,
+        key=table.key,
+        bootstrap=bootstrap,
+        starting=starting,
+        ending=ending,
+        full_rescan=full_rescan,
     )
     report, _ = check(spark, lake=table_lake, run_id=run_id, key=table.key)
     return summary, report, sealed
@@ -130,6 +142,7 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
         bootstrap=config.bootstrap_servers,
         starting=starting,
         ending=ending,
+        full_rescan=is_full_rescan(table_lake, "lost-0"),
     )
     assert _file_hashes(table_lake.base) == written, "compacting the same range again rewrites identical datasets"
     with pg.transaction():
