@@ -542,15 +542,18 @@ class FaultRunner:
         self.registered = True
 
         def under_way() -> bool:
+            # Under EOS the snapshot's records only count once their Kafka transaction commits: kill
+            # after some have, or the whole killed round is aborted and nothing is duplicated.
             try:
-                high = topic_offsets(self.config.bootstrap_servers, self.topic)["high"]
+                stable = topic_offsets(self.config.bootstrap_servers, self.topic)["stable"]
             except Exception:  # the topic does not exist until the first record
                 return False
-            return sum(high.values()) >= min(1000, rows // 20)
+            return sum(stable.values()) >= min(2000, rows // 10)
 
         self.wait(under_way, timeout=300, what="the initial snapshot under way", interval=0.05)
         self.stack.connect.kill()
-        emitted = sum(topic_offsets(self.config.bootstrap_servers, self.topic)["high"].values())
+        offsets = topic_offsets(self.config.bootstrap_servers, self.topic)
+        emitted, committed = sum(offsets["high"].values()), sum(offsets["stable"].values())
         self.stack.connect.start()
         self.stack.connect.wait_connector_running(self.config.connector_name, timeout=180)
 
@@ -567,11 +570,12 @@ class FaultRunner:
         result.injected = {
             "worker_kills": 1,
             "records_before_kill": emitted,
+            "committed_before_kill": committed,
             "snapshot_rounds": len(found),
             "committed_reads_of_killed_round": found[first] if later else 0,
         }
         if not later:
-            result.notes.append("the snapshot finished before the kill landed: nothing to find")
+            result.notes.append("no committed record of the killed round (all aborted, or the snapshot was done)")
         self.wait_streaming()
         self._measure(result, independent_of=lambda run_id: self._independent(run_id, {}, {}), full_rescan=True)
         return result
@@ -757,8 +761,16 @@ NOT_IMPLEMENTED = {
 }
 
 
-def run_scenarios(runner: FaultRunner, names: Iterable[str], repetition: int = 1) -> list[ScenarioResult]:
-    """Run ``names`` in order on ``runner``'s stack; a failing scenario is recorded, the rest still run."""
+def run_scenarios(
+    runner: FaultRunner,
+    names: Iterable[str],
+    repetition: int = 1,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Run ``names`` in order on ``runner``'s stack; a failing scenario is recorded, the rest still run.
+
+    ``on_result`` sees each record as soon as it exists, so an interrupted run keeps what it measured.
+    """
     results: list[ScenarioResult] = []
     for name in names:
         began = time.monotonic()
@@ -769,6 +781,8 @@ def run_scenarios(runner: FaultRunner, names: Iterable[str], repetition: int = 1
                 if baseline is not None:
                     baseline.repetition = repetition
                     results.append(baseline)
+                    if on_result:
+                        on_result(baseline)
             result = getattr(runner, name)()
         except Exception as exc:  # one broken scenario must not hide the others' figures
             result = ScenarioResult(name, name, error=f"{type(exc).__name__}: {exc}")
@@ -776,6 +790,8 @@ def run_scenarios(runner: FaultRunner, names: Iterable[str], repetition: int = 1
         result.seconds = round(time.monotonic() - began, 1)
         runner.log(f"scenario {name}: {'PASS' if result.passed else 'FAIL'} {json.dumps(asdict(result), default=str)}")
         results.append(result)
+        if on_result:
+            on_result(result)
     return results
 
 
@@ -814,7 +830,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--repeat", type=int, default=1, help="repetitions, each on a fresh stack")
     run.add_argument("--out", type=Path, default=Path("test-artifacts/faults"), help="folder for JSON and Markdown")
     sub.add_parser("list", help="the scenarios and what is not implemented")
+    report = sub.add_parser("report", help="the Markdown matrix from a run's JSON file or its printed log")
+    report.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "report":
+        print(markdown([r for f in args.files for r in load_results(f)]))
+        return 0
     if args.command == "list":
         for name, number in SCENARIOS.items():
             print(f"{number}  {name}")
@@ -846,7 +867,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             runner.start()
-            results.extend(run_scenarios(runner, names, repetition))
+            run_scenarios(runner, names, repetition, on_result=lambda r: (results.append(r), save()))
         except Exception as exc:
             results.append(
                 ScenarioResult("stack", "stack", repetition=repetition, error=f"{type(exc).__name__}: {exc}")
@@ -858,6 +879,21 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(results))
     print(f"results: {args.out / (stamp + '.json')}")
     return 0 if all(r.passed for r in results) else 1
+
+
+def load_results(path: Path) -> list[ScenarioResult]:
+    """Records from a results JSON file, or from the ``scenario <name>: PASS/FAIL {...}`` lines of a log."""
+    text = path.read_text()
+    if path.suffix == ".json":
+        documents = json.loads(text)["results"]
+    else:
+        documents = [
+            json.loads(line.split(": PASS ", 1)[-1].split(": FAIL ", 1)[-1])
+            for line in text.splitlines()
+            if "] scenario " in line and (": PASS {" in line or ": FAIL {" in line)
+        ]
+    fields = set(ScenarioResult.__dataclass_fields__)
+    return [ScenarioResult(**{k: v for k, v in d.items() if k in fields}) for d in documents]
 
 
 def _machine() -> dict[str, Any]:
