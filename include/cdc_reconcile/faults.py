@@ -885,7 +885,8 @@ def load_results(path: Path) -> list[ScenarioResult]:
     """Records from a results JSON file, or from the ``scenario <name>: PASS/FAIL {...}`` lines of a log."""
     text = path.read_text()
     if path.suffix == ".json":
-        documents = json.loads(text)["results"]
+        loaded = json.loads(text)
+        documents = loaded["results"] if isinstance(loaded, dict) else loaded  # the tests' artifacts are lists
     else:
         documents = [
             json.loads(line.split(": PASS ", 1)[-1].split(": FAIL ", 1)[-1])
