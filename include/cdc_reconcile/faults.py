@@ -1,0 +1,905 @@
+"""Fault scenarios on the embedded stack, each checked against counts the pipeline did not take.
+
+Per scenario the runner starts from a known state (the previous run was clean, or a fresh stack),
+injects one real fault (a killed process, a killed replication connection, changes Debezium never
+saw, a re-run task), lets the stack recover, runs the reconciliation DAG (``airflow dags test``) and
+compares what the suite found with an *independent* count: PostgreSQL read with psycopg, Kafka read
+with a plain consumer in this module, the lake table read with pyarrow. No pipeline code takes part
+in the independent side, so a bug shared by the pipeline and its checker cannot hide.
+
+Used by ``tests/integration/test_faults.py`` and by the ``cdc-faults`` command (``scripts/faults.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from . import checkpoints, run_state
+from .loader import run_loader
+from .stack import Stack, StackConfig, StackError
+from .stack.airflow import airflow_environment, venv_bin
+from .stack.config import REPO_ROOT
+from .stack.connect import connector_config
+from .stack.dag_runs import DAG_ID, DagRunResult, run_dag
+
+TABLE = "public.customers"
+COLUMNS = ("id", "name", "email", "balance")
+CLASSES = ("missing", "extra", "stale", "redelivery", "snapshot_rerun")
+GROUP = "reconcile_table"
+
+# The runner's own stack, apart from a developer's (55432...) and the tests' (55442...).
+RUNNER_ENV = {
+    "CDC_PG_PORT": "55492",
+    "CDC_KAFKA_PORT": "59152",
+    "CDC_KAFKA_CONTROLLER_PORT": "59153",
+    "CDC_CONNECT_PORT": "58143",
+    "CDC_AIRFLOW_PORT": "58195",
+}
+
+Row = tuple[Any, ...]
+
+
+# -- independent reads: PostgreSQL, Kafka, the lake ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """One Kafka record as a plain consumer sees it (JSON decoded, schema wrapper dropped)."""
+
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+
+
+def _unwrap(document: Any) -> Any:
+    if isinstance(document, dict) and set(document) == {"schema", "payload"}:
+        return document["payload"]
+    return document
+
+
+def consume(bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 120) -> list[RawRecord]:
+    """Every record of ``topic`` to its current end, read by this module's own consumer."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"cdc-faults-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "auto.offset.reset": "earliest",
+            "log_level": 0,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=15)
+        if topic not in metadata.topics or metadata.topics[topic].error is not None:
+            return []
+        partitions = sorted(metadata.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        pending, records = set(partitions), []
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise StackError(f"reading {topic}: partitions {sorted(pending)} not at their end after {timeout:.0f}s")
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(message.partition())
+                    continue
+                raise StackError(f"reading {topic}: {message.error()}")
+            key = message.key()
+            value = message.value()
+            records.append(
+                RawRecord(
+                    message.partition(),
+                    message.offset(),
+                    _unwrap(json.loads(key)) if key is not None else None,
+                    json.loads(value) if value is not None else None,
+                )
+            )
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()
+
+
+def topic_offsets(bootstrap: str, topic: str) -> dict[str, dict[int, int]]:
+    """Per partition: the log end (``high``, uncommitted records included) and the last stable offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    found: dict[str, dict[int, int]] = {}
+    for isolation, name in (("read_uncommitted", "high"), ("read_committed", "stable")):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"cdc-faults-wm-{uuid.uuid4()}",
+                "isolation.level": isolation,
+                "log_level": 0,
+            }
+        )
+        try:
+            metadata = consumer.list_topics(topic, timeout=15)
+            partitions = metadata.topics[topic].partitions if topic in metadata.topics else {}
+            found[name] = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15, cached=False)[1]
+                for p in partitions
+            }
+        finally:
+            consumer.close()
+    return found
+
+
+def decode_decimal(value: Any, scale: int) -> Decimal | None:
+    """Debezium's ``precise`` NUMERIC: base64 two's complement, unscaled."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return Decimal(str(value))
+    unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
+    return Decimal(unscaled).scaleb(-scale)
+
+
+def _image(after: Mapping[str, Any]) -> Row:
+    return (after.get("name"), after.get("email"), decode_decimal(after.get("balance"), 2))
+
+
+def fold(
+    records: Iterable[RawRecord],
+    start: Mapping[Any, Row],
+    *,
+    from_offsets: Mapping[int, int],
+    to_offsets: Mapping[int, int],
+) -> dict[Any, Row]:
+    """The table Kafka describes: ``start`` with every change in ``[from, to)`` applied in offset order."""
+    state = dict(start)
+    for record in records:
+        payload = _unwrap(record.value)
+        if (
+            not payload
+            or payload.get("op") not in ("c", "u", "d", "r")
+            or record.offset < from_offsets.get(record.partition, 0)
+            or record.offset >= to_offsets.get(record.partition, 0)
+        ):
+            continue
+        key = record.key["id"]
+        if payload["op"] == "d":
+            state.pop(key, None)
+        else:
+            state[key] = _image(payload["after"])
+    return state
+
+
+def differences(expected: Mapping[Any, Row], actual: Mapping[Any, Row]) -> dict[str, int]:
+    """Rows the lake would lack (missing), hold wrongly (extra) or hold with other values (stale)."""
+    return {
+        "missing": sum(1 for k in actual if k not in expected),
+        "extra": sum(1 for k in expected if k not in actual),
+        "stale": sum(1 for k, row in actual.items() if k in expected and expected[k] != row),
+    }
+
+
+def duplicates(records: Iterable[RawRecord], start: Mapping[int, int], end: Mapping[int, int]) -> dict[str, int]:
+    """Duplicates by cause in ``[start, end)``, each record judged against every earlier record.
+
+    Redelivery: same key, op, ``txId`` and ``lsn`` seen before. Snapshot re-run: an ``r`` event for a
+    key whose first ``r`` came from another snapshot transaction (DESIGN.md section 5).
+    """
+    seen: set[tuple] = set()
+    first_round: dict[str, Any] = {}
+    counts = {"redelivery": 0, "snapshot_rerun": 0}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        payload = _unwrap(record.value)
+        if (
+            record.offset >= end.get(record.partition, 0)
+            or not payload
+            or payload.get("op") not in ("c", "u", "d", "r")
+        ):
+            continue
+        in_range = record.offset >= start.get(record.partition, 0)
+        key = json.dumps(record.key, sort_keys=True)
+        identity = (key, payload["op"], payload["source"]["txId"], payload["source"]["lsn"])
+        if identity in seen:
+            counts["redelivery"] += in_range
+            continue
+        seen.add(identity)
+        if payload["op"] == "r" and first_round.setdefault(key, payload["source"]["txId"]) != payload["source"]["txId"]:
+            counts["snapshot_rerun"] += in_range
+    return counts
+
+
+def source_rows(dsn: str) -> dict[Any, Row]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {r[0]: tuple(r[1:]) for r in conn.execute(f"SELECT {', '.join(COLUMNS)} FROM {TABLE}")}
+
+
+def lake_rows(lake_root: Path, table: str = TABLE) -> dict[Any, Row] | None:
+    """The live lake table, read with pyarrow from the manifest (no Spark, no pipeline code)."""
+    import pyarrow.parquet as pq
+
+    root = lake_root / table / "table"
+    manifest = root / "_CURRENT.json"
+    if not manifest.exists():
+        return None
+    folder = root / json.loads(manifest.read_text())["folder"]
+    data = pq.read_table(folder, columns=list(COLUMNS)).to_pydict()
+    rows: dict[Any, Row] = {}
+    for i, key in enumerate(data["id"]):
+        balance = data["balance"][i]
+        rows[key] = (
+            data["name"][i],
+            data["email"][i],
+            None if balance is None else Decimal(balance).quantize(Decimal("0.01")),
+        )
+    return rows
+
+
+def tree_hashes(base: Path) -> dict[str, str]:
+    """sha256 of every file under ``base`` (relative path -> digest)."""
+    return {
+        str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(base.rglob("*"))
+        if p.is_file()
+    }
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScenarioResult:
+    """One scenario's record: what was injected, what the suite found, what an independent count says."""
+
+    scenario: str
+    title: str
+    repetition: int = 1
+    injected: dict[str, Any] = field(default_factory=dict)
+    detected: dict[str, int] = field(default_factory=dict)
+    independent: dict[str, int] = field(default_factory=dict)
+    repaired: dict[str, int] = field(default_factory=dict)
+    repaired_ok: bool | None = None
+    rows_lost: int | None = None
+    lake_mismatches: int | None = None
+    false_alarms: int | None = None
+    missed: int | None = None
+    second_run_clean: bool | None = None
+    run_ids: list[str] = field(default_factory=list)
+    run_states: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Detected equals the independent count, repaired, clean afterwards, nothing lost, no false alarm."""
+        return (
+            self.error is None
+            and self.detected == self.independent
+            and self.repaired_ok is not False
+            and self.second_run_clean is not False
+            and self.rows_lost == 0
+            and self.lake_mismatches == 0
+            and self.false_alarms == 0
+        )
+
+
+def compare(detected: Mapping[str, int], independent: Mapping[str, int]) -> tuple[int, int]:
+    """(false alarms, misses): reported beyond the independent count, and not reported though there."""
+    false_alarms = sum(max(0, detected.get(c, 0) - independent.get(c, 0)) for c in CLASSES)
+    missed = sum(max(0, independent.get(c, 0) - detected.get(c, 0)) for c in CLASSES)
+    return false_alarms, missed
+
+
+# -- the runner ---------------------------------------------------------------------------------
+
+
+class FaultRunner:
+    """One embedded stack, scenarios run on it one after the other; always stopped by :meth:`stop`."""
+
+    def __init__(self, config: StackConfig | None = None, *, log: Callable[[str], None] = print) -> None:
+        self.config = config or StackConfig()
+        self.stack = Stack(self.config, airflow=False)
+        self.log = log
+        self.registered = False
+        self.last_clean_run: str | None = None
+
+    # lifecycle
+
+    def start(self) -> None:
+        """A fresh stack from empty data, connector not yet registered (a scenario may kill its snapshot)."""
+        self.log(f"stack: fresh start under {self.config.run_dir}")
+        self.stack.down(destroy=True)
+        self.stack.up(register=False)
+        self.registered = False
+        self.last_clean_run = None
+
+    def stop(self) -> None:
+        self.stack.down()
+        left = self.stack.leftover_pids()
+        if left:
+            raise StackError(f"fault runner: stack processes survived down: {left}; stop them by pid")
+
+    def __enter__(self) -> FaultRunner:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # helpers
+
+    @property
+    def topic(self) -> str:
+        return self.config.topic_for(TABLE)
+
+    def pg(self) -> psycopg.Connection:
+        return psycopg.connect(self.config.pg_dsn, autocommit=True)
+
+    def wait(self, check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.5) -> Any:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = check()
+            if last:
+                return last
+            time.sleep(interval)
+        raise StackError(f"fault runner: {what}: not reached within {timeout:.0f}s (last: {last!r})")
+
+    def dag(self, label: str, **params: Any) -> DagRunResult:
+        self.log(f"  DAG run {label} {params or ''}")
+        result = run_dag(self.config, {"tables": [TABLE], **params}, label=f"faults-{label}")
+        self.log(f"  DAG run {result.run_id}: {result.state} in {result.seconds:.0f}s")
+        return result
+
+    def outcome(self, run_id: str, attempt: int) -> dict[str, Any] | None:
+        with checkpoints.connect(self.config.pg_dsn) as conn:
+            return run_state.latest_suite_outcome(conn, run_id, TABLE, attempt)
+
+    def range_of(self, run_id: str) -> tuple[dict[int, int], dict[int, int]]:
+        with checkpoints.connect(self.config.pg_dsn) as conn:
+            rng = checkpoints.get_range(conn, run_id, TABLE)
+        if rng is None or rng.end is None:
+            raise StackError(f"fault runner: run {run_id} has no sealed offset range for {TABLE}; see its DAG log")
+        return dict(rng.start), dict(rng.end)
+
+    def connector_ready(self, *, exactly_once: bool = True) -> None:
+        self.stack.register_connector(exactly_once="required" if exactly_once else "requested")
+        self.registered = True
+
+    def wait_streaming(self) -> None:
+        """Debezium's replication connection is up (it streams, the snapshot is over)."""
+        with self.pg() as conn:
+            self.wait(
+                lambda: conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'START_REPLICATION SLOT%%'"
+                ).fetchone()[0],
+                timeout=180,
+                what="Debezium's replication connection established",
+            )
+
+    def ensure_baseline(self) -> ScenarioResult | None:
+        """The known state: connector running, some rows, and one clean run whose lake equals the source."""
+        if self.last_clean_run is not None:
+            return None
+        began = time.monotonic()
+        if not self.registered:
+            with self.pg() as conn:
+                conn.execute(
+                    f"INSERT INTO {TABLE} (name, email, balance, attrs) SELECT 'base ' || g, 'b' || g || "
+                    "'@example.com', g / 100.0, jsonb_build_object('g', g) FROM generate_series(1, 2000) g"
+                )
+            self.connector_ready()
+        self.wait_streaming()
+        result = ScenarioResult("baseline", "Clean run, nothing injected")
+        result.injected = {"nothing": 0}
+        self._measure(result, independent_of=lambda run_id: self._independent(run_id, {}, {}), full_rescan=True)
+        result.seconds = round(time.monotonic() - began, 1)
+        return result
+
+    def _independent(self, run_id: str, start_state: Mapping[Any, Row], start_offsets: Mapping[int, int]) -> dict:
+        """Counts by class from Kafka and PostgreSQL alone, for the run's sealed range."""
+        start, end = self.range_of(run_id)
+        records = consume(self.config.bootstrap_servers, self.topic)
+        expected_lake = fold(records, start_state, from_offsets=start_offsets, to_offsets=end)
+        return {**differences(expected_lake, source_rows(self.config.pg_dsn)), **duplicates(records, start, end)}
+
+    def _measure(
+        self,
+        result: ScenarioResult,
+        *,
+        independent_of: Callable[[str], dict[str, int]],
+        **params: Any,
+    ) -> None:
+        """Run the DAG (detect, repair), count independently, check the lake, run again (must be clean)."""
+        first = self.dag(f"{result.scenario}-1", **params)
+        result.run_ids.append(first.run_id)
+        result.run_states.append(first.state)
+        before = self.outcome(first.run_id, run_state.BEFORE_REPAIR)
+        if before is None:
+            raise StackError(f"run {first.run_id}: no suite outcome recorded; see {first.log}")
+        result.detected = {c: int(before["counts"].get(c, 0)) for c in CLASSES}
+        result.independent = {c: int(v) for c, v in independent_of(first.run_id).items()}
+        result.false_alarms, result.missed = compare(result.detected, result.independent)
+        with checkpoints.connect(self.config.pg_dsn) as conn:
+            result.repaired = run_state.audit_counts(conn, first.run_id, TABLE)
+        after = self.outcome(first.run_id, run_state.AFTER_REPAIR)
+        if before["success"]:
+            result.repaired_ok = first.state == "success" and not result.repaired
+        else:
+            wanted = {c: n for c, n in result.detected.items() if n}
+            result.repaired_ok = (
+                first.state == "success" and after is not None and after["success"] and result.repaired == wanted
+            )
+        self._check_lake(result)
+        second = self.dag(f"{result.scenario}-2")
+        result.run_ids.append(second.run_id)
+        result.run_states.append(second.state)
+        again = self.outcome(second.run_id, run_state.BEFORE_REPAIR) or {}
+        result.second_run_clean = (
+            second.state == "success"
+            and bool(again.get("success"))
+            and not any(again.get("counts", {}).get(c, 0) for c in CLASSES)
+        )
+        if result.second_run_clean:
+            self.last_clean_run = second.run_id
+        self._check_lake(result)
+
+    def _check_lake(self, result: ScenarioResult) -> None:
+        source = source_rows(self.config.pg_dsn)
+        lake = lake_rows(self.config.lake_root) or {}
+        lost = sum(1 for k in source if k not in lake)
+        mismatched = sum(1 for k in lake if k not in source or lake[k] != source[k])
+        result.rows_lost = max(result.rows_lost or 0, lost)
+        result.lake_mismatches = max(result.lake_mismatches or 0, mismatched)
+
+    def _begin(self) -> tuple[dict[Any, Row], dict[int, int]]:
+        """The known state a scenario starts from: the source's rows and the topic's committed end."""
+        records = consume(self.config.bootstrap_servers, self.topic)
+        ends: dict[int, int] = {}
+        for r in records:
+            ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+        return source_rows(self.config.pg_dsn), ends
+
+    def _loader(self, stop: threading.Event, **kwargs: Any) -> threading.Thread:
+        def load() -> None:
+            run_loader(self.config.pg_dsn, tables=("customers",), stop=stop, **kwargs)
+
+        thread = threading.Thread(target=load, name="fault-loader", daemon=True)
+        thread.start()
+        return thread
+
+    def _max_id(self) -> int:
+        with self.pg() as conn:
+            return conn.execute(f"SELECT coalesce(max(id), 0) FROM {TABLE}").fetchone()[0]
+
+    def _progress(self, rows: int, timeout: float = 120) -> None:
+        before = self._max_id()
+        self.wait(lambda: self._max_id() >= before + rows, timeout=timeout, what=f"loader progress of {rows} rows")
+
+    # scenarios
+
+    def replication_kill(self) -> ScenarioResult:
+        """1: ``pg_terminate_backend`` on Debezium's ``START_REPLICATION`` connection, 3 times under load, EOS on."""
+        result = ScenarioResult("replication_kill", "1. Replication connection killed 3x under load, EOS on")
+        self.ensure_baseline()
+        start_state, start_offsets = self._begin()
+        stop = threading.Event()
+        loader = self._loader(stop, rate=60, seed=11)
+        kills = 0
+        try:
+            with self.pg() as conn:
+                for _ in range(6):
+                    if kills >= 3:
+                        break
+                    self.wait_streaming()
+                    self._progress(150)
+                    kills += conn.execute(
+                        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE pid <> pg_backend_pid() AND query LIKE 'START_REPLICATION SLOT%%'"
+                    ).fetchone()[0]
+            self.wait_streaming()
+            self._progress(150)
+        finally:
+            stop.set()
+            loader.join(timeout=60)
+        result.injected = {"replication_connections_killed": kills}
+        self._measure(result, independent_of=lambda run_id: self._independent(run_id, start_state, start_offsets))
+        return result
+
+    def snapshot_kill(self, rows: int = 30_000) -> ScenarioResult:
+        """2: the Connect worker ``kill -9``ed during the initial snapshot: the snapshot runs again."""
+        result = ScenarioResult("snapshot_kill", "2. Worker kill -9 during the initial snapshot")
+        if self.registered:
+            raise StackError("snapshot_kill needs a fresh stack (no connector yet); run it first after start()")
+        with self.pg() as conn:
+            conn.execute(
+                f"INSERT INTO {TABLE} (name, email, balance, attrs) SELECT 'customer ' || g, 'c' || g || "
+                "'@example.com', (g %% 100000) / 100.0, jsonb_build_object('g', g, 'city', 'Zürich') "
+                "FROM generate_series(1, %s) g",
+                (rows,),
+            )
+        self.stack.connect.put_connector(self.config.connector_name, connector_config(self.config))
+        self.registered = True
+
+        def under_way() -> bool:
+            # Under EOS the snapshot's records only count once their Kafka transaction commits: kill
+            # after some have, or the whole killed round is aborted and nothing is duplicated.
+            try:
+                stable = topic_offsets(self.config.bootstrap_servers, self.topic)["stable"]
+            except Exception:  # the topic does not exist until the first record
+                return False
+            return sum(stable.values()) >= min(2000, rows // 10)
+
+        self.wait(under_way, timeout=300, what="the initial snapshot under way", interval=0.05)
+        self.stack.connect.kill()
+        offsets = topic_offsets(self.config.bootstrap_servers, self.topic)
+        emitted, committed = sum(offsets["high"].values()), sum(offsets["stable"].values())
+        self.stack.connect.start()
+        self.stack.connect.wait_connector_running(self.config.connector_name, timeout=180)
+
+        def rounds() -> Counter | None:
+            found = Counter(
+                _unwrap(r.value)["source"]["txId"]
+                for r in consume(self.config.bootstrap_servers, self.topic)
+                if _unwrap(r.value) and _unwrap(r.value).get("op") == "r"
+            )
+            return found if found and max(found.values()) >= rows else None
+
+        found = self.wait(rounds, timeout=900, what=f"a complete snapshot of {rows} rows", interval=2)
+        first, *later = sorted(found)
+        result.injected = {
+            "worker_kills": 1,
+            "records_before_kill": emitted,
+            "committed_before_kill": committed,
+            "snapshot_rounds": len(found),
+            "committed_reads_of_killed_round": found[first] if later else 0,
+        }
+        if not later:
+            result.notes.append("no committed record of the killed round (all aborted, or the snapshot was done)")
+        self.wait_streaming()
+        self._measure(result, independent_of=lambda run_id: self._independent(run_id, {}, {}), full_rescan=True)
+        return result
+
+    def redelivery_eos_off(self) -> ScenarioResult:
+        """3: worker ``kill -9`` while streaming with ``exactly.once.source.support=disabled``: redeliveries."""
+        result = ScenarioResult("redelivery_eos_off", "3. Worker kill -9 while streaming, EOS off")
+        self.ensure_baseline()
+        connect, name = self.stack.connect, self.config.connector_name
+        connect.stop()
+        connect.start(exactly_once=False)
+        connect.put_connector(name, connector_config(self.config, exactly_once="requested"))
+        connect.wait_connector_running(name, timeout=180)
+        self.wait_streaming()
+        start_state, start_offsets = self._begin()
+        stop = threading.Event()
+        loader = self._loader(stop, rate=150, seed=13)
+        try:
+            self._progress(300)
+            connect.kill()
+            connect.start(exactly_once=False)
+            connect.wait_connector_running(name, timeout=180)
+            self.wait_streaming()
+            self._progress(150)
+        finally:
+            stop.set()
+            loader.join(timeout=60)
+        # back to exactly-once for the next scenario (a graceful restart adds no duplicates)
+        self._settle()
+        connect.stop()
+        connect.start(exactly_once=True)
+        connect.put_connector(name, connector_config(self.config, exactly_once="required"))
+        connect.wait_connector_running(name, timeout=180)
+        self.wait_streaming()
+        result.injected = {"worker_kills": 1, "exactly_once": "disabled"}
+        self._measure(result, independent_of=lambda run_id: self._independent(run_id, start_state, start_offsets))
+        return result
+
+    def _settle(self, quiet: float = 5.0, timeout: float = 180) -> None:
+        """Wait until the topic stops growing for ``quiet`` seconds (Debezium has sent what it had)."""
+        last: dict[str, Any] = {"high": None, "since": time.monotonic()}
+
+        def quiet_now() -> bool:
+            high = topic_offsets(self.config.bootstrap_servers, self.topic)["high"]
+            if high != last["high"]:
+                last.update(high=high, since=time.monotonic())
+            return time.monotonic() - last["since"] >= quiet
+
+        self.wait(quiet_now, timeout=timeout, what=f"{self.topic} quiet for {quiet:.0f}s", interval=1)
+
+    def aborted_eos_on(self) -> ScenarioResult:
+        """4: worker ``kill -9`` while a transaction is open, EOS on: aborted records stay in the log."""
+        result = ScenarioResult("aborted_eos_on", "4. Worker kill -9 mid-transaction, EOS on")
+        self.ensure_baseline()
+        connect, name = self.stack.connect, self.config.connector_name
+        start_state, start_offsets = self._begin()
+        stop = threading.Event()
+        loader = self._loader(stop, rate=800, batch=400, seed=17)
+        open_records = 0
+        try:
+            self._progress(1000)
+
+            def in_flight() -> int:
+                offsets = topic_offsets(self.config.bootstrap_servers, self.topic)
+                return sum(offsets["high"][p] - offsets["stable"].get(p, 0) for p in offsets["high"]) > 0
+
+            try:
+                self.wait(in_flight, timeout=60, what="an open Kafka transaction", interval=0.02)
+            except StackError:
+                result.notes.append("no open transaction seen within 60 s; killed anyway")
+            connect.kill()
+            offsets = topic_offsets(self.config.bootstrap_servers, self.topic)
+            open_records = sum(offsets["high"][p] - offsets["stable"].get(p, 0) for p in offsets["high"])
+            connect.start(exactly_once=True)
+            connect.wait_connector_running(name, timeout=180)
+            self.wait_streaming()
+            self._progress(500)
+        finally:
+            stop.set()
+            loader.join(timeout=60)
+        self._settle()
+        committed = [r for r in consume(self.config.bootstrap_servers, self.topic) if _in(r, start_offsets)]
+        everything = [
+            r
+            for r in consume(self.config.bootstrap_servers, self.topic, isolation="read_uncommitted")
+            if _in(r, start_offsets)
+        ]
+        result.injected = {
+            "worker_kills": 1,
+            "uncommitted_at_kill": open_records,
+            "aborted_records_in_log": len(everything) - len(committed),
+        }
+        self._measure(result, independent_of=lambda run_id: self._independent(run_id, start_state, start_offsets))
+        return result
+
+    def lost_events(self) -> ScenarioResult:
+        """5: changes made while the table is out of the publication never reach Kafka."""
+        result = ScenarioResult("lost_events", "5. Lost events (table out of the publication)")
+        self.ensure_baseline()
+        start_state, start_offsets = self._begin()
+        publication = self.config.publication_name
+        with self.pg() as conn:
+            keys = [r[0] for r in conn.execute(f"SELECT id FROM {TABLE} ORDER BY id LIMIT 5").fetchall()]
+            stale, extra = keys[:3], keys[3:]
+            conn.execute(f"ALTER PUBLICATION {publication} DROP TABLE {TABLE}")
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        f"INSERT INTO {TABLE} (name, email, balance) "
+                        "SELECT 'lost ' || g, NULL, -g - 0.25 FROM generate_series(1, 4) g"
+                    )
+                    conn.execute(
+                        f"UPDATE {TABLE} SET name = name || ' (changed unseen)', balance = balance + 1000 "
+                        "WHERE id = ANY(%s)",
+                        (stale,),
+                    )
+                    conn.execute(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (extra,))
+            finally:
+                conn.execute(f"ALTER PUBLICATION {publication} ADD TABLE {TABLE}")
+        result.injected = {"lost_inserts": 4, "lost_updates": len(stale), "lost_deletes": len(extra)}
+        self._measure(result, independent_of=lambda run_id: self._independent(run_id, start_state, start_offsets))
+        return result
+
+    def task_rerun(self) -> ScenarioResult:
+        """7: ``compact_cdc`` run again for a finished DAG run: the lake must not change (no double append)."""
+        result = ScenarioResult("task_rerun", "7. compact_cdc re-run for the same DAG run")
+        began = time.monotonic()
+        self.ensure_baseline()
+        run_id = self.last_clean_run
+        if run_id is None:
+            raise StackError("task_rerun needs a finished clean DAG run; the baseline run was not clean")
+        base = self.config.lake_root / TABLE
+        before = tree_hashes(base)
+        env = {**os.environ, **airflow_environment(self.config)}
+        task_id = f"{GROUP}.compact_cdc"
+        log = self.config.logs_dir / f"faults-task-rerun-{time.strftime('%Y%m%dT%H%M%S')}.log"
+        with log.open("w") as out:
+            done = subprocess.run(
+                [str(venv_bin() / "airflow"), "tasks", "test", DAG_ID, task_id, run_id, "--map-index", "0"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=1800,
+                check=False,
+                cwd=str(self.config.run_dir),
+            )
+        after = tree_hashes(base)
+        changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+        result.run_ids = [run_id]
+        result.run_states = [f"tasks test exit {done.returncode}"]
+        result.injected = {"task_reruns": 1, "task": task_id}
+        result.detected = {"changed_files": len(changed)}
+        result.independent = {"changed_files": 0}
+        result.notes.append(f"{len(before)} files compared byte for byte; log {log}")
+        if changed:
+            result.notes.append(f"changed: {changed[:10]}")
+        if done.returncode != 0:
+            result.error = f"airflow tasks test exited {done.returncode}; see {log}"
+        result.false_alarms, result.missed = 0, 0
+        result.repaired_ok = None
+        self._check_lake(result)
+        result.seconds = round(time.monotonic() - began, 1)
+        return result
+
+
+def _in(record: RawRecord, start: Mapping[int, int]) -> bool:
+    return record.offset >= start.get(record.partition, 0)
+
+
+# Run order of ``all``: the initial-snapshot kill needs the fresh stack; the task re-run needs a clean run.
+SCENARIOS: dict[str, str] = {
+    "snapshot_kill": "2",
+    "lost_events": "5",
+    "redelivery_eos_off": "3",
+    "task_rerun": "7",
+    "replication_kill": "1",
+    "aborted_eos_on": "4",
+}
+NOT_IMPLEMENTED = {
+    "6": "Spark job killed mid-write, then the task retried",
+    "8": "Kafka broker restarted mid-run",
+    "bad inputs": "malformed JSON, unknown table, schema change, NULLs, unicode, TOAST, numeric edges, 10 MB value",
+}
+
+
+def run_scenarios(
+    runner: FaultRunner,
+    names: Iterable[str],
+    repetition: int = 1,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Run ``names`` in order on ``runner``'s stack; a failing scenario is recorded, the rest still run.
+
+    ``on_result`` sees each record as soon as it exists, so an interrupted run keeps what it measured.
+    """
+    results: list[ScenarioResult] = []
+    for name in names:
+        began = time.monotonic()
+        runner.log(f"scenario {name} (repetition {repetition})")
+        try:
+            if name != "snapshot_kill" and runner.last_clean_run is None:
+                baseline = runner.ensure_baseline()
+                if baseline is not None:
+                    baseline.repetition = repetition
+                    results.append(baseline)
+                    if on_result:
+                        on_result(baseline)
+            result = getattr(runner, name)()
+        except Exception as exc:  # one broken scenario must not hide the others' figures
+            result = ScenarioResult(name, name, error=f"{type(exc).__name__}: {exc}")
+        result.repetition = repetition
+        result.seconds = round(time.monotonic() - began, 1)
+        runner.log(f"scenario {name}: {'PASS' if result.passed else 'FAIL'} {json.dumps(asdict(result), default=str)}")
+        results.append(result)
+        if on_result:
+            on_result(result)
+    return results
+
+
+def _figures(values: Mapping[str, Any]) -> str:
+    shown = {k: v for k, v in values.items() if v}
+    return ", ".join(f"{k} {v}" for k, v in shown.items()) or "none"
+
+
+def markdown(results: list[ScenarioResult]) -> str:
+    """The fault matrix: one line per scenario and repetition."""
+    lines = [
+        "| scenario | run | injected | detected (suite) | independent count | repaired (audit) | rows lost "
+        "| false alarms | second run clean | s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        repaired = _figures(r.repaired) if r.repaired_ok is not None else "n/a"
+        if r.repaired_ok is False:
+            repaired += " ❌"
+        clean = {True: "yes", False: "no ❌", None: "n/a"}[r.second_run_clean]
+        detected = _figures(r.detected) + ("" if r.detected == r.independent else " ❌")
+        lines.append(
+            f"| {r.title} | {r.repetition} | {_figures(r.injected)} | {detected} | {_figures(r.independent)} | "
+            f"{repaired} | {r.rows_lost if r.rows_lost is not None else '-'} | "
+            f"{r.false_alarms if r.false_alarms is not None else '-'} | {clean} | {r.seconds:.0f} |"
+            + (f" error: {r.error}" if r.error else "")
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cdc-faults", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run scenarios on the runner's own fresh stack, then stop it")
+    run.add_argument("--scenario", default="all", help=f"all, or a comma-separated subset of {', '.join(SCENARIOS)}")
+    run.add_argument("--repeat", type=int, default=1, help="repetitions, each on a fresh stack")
+    run.add_argument("--out", type=Path, default=Path("test-artifacts/faults"), help="folder for JSON and Markdown")
+    sub.add_parser("list", help="the scenarios and what is not implemented")
+    report = sub.add_parser("report", help="the Markdown matrix from a run's JSON file or its printed log")
+    report.add_argument("files", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        print(markdown([r for f in args.files for r in load_results(f)]))
+        return 0
+    if args.command == "list":
+        for name, number in SCENARIOS.items():
+            print(f"{number}  {name}")
+        for number, what in NOT_IMPLEMENTED.items():
+            print(f"{number}  (not implemented) {what}")
+        return 0
+    names = list(SCENARIOS) if args.scenario == "all" else [n.strip() for n in args.scenario.split(",")]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)} or all")
+    names = [n for n in SCENARIOS if n in names]  # the order the scenarios need
+    for key, value in RUNNER_ENV.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("CDC_RUN_DIR", str(REPO_ROOT / ".run" / "faults"))
+    os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    results: list[ScenarioResult] = []
+
+    def save() -> None:
+        document = {"machine": _machine(), "results": [{**asdict(r), "passed": r.passed} for r in results]}
+        (args.out / f"{stamp}.json").write_text(json.dumps(document, indent=2, default=str))
+        (args.out / f"{stamp}.md").write_text(markdown(results))
+        (args.out / "latest.md").write_text(markdown(results))
+
+    for repetition in range(1, args.repeat + 1):
+        runner = FaultRunner(
+            StackConfig(), log=lambda m: print(f"[faults {time.strftime('%H:%M:%S')}] {m}", flush=True)
+        )
+        try:
+            runner.start()
+            run_scenarios(runner, names, repetition, on_result=lambda r: (results.append(r), save()))
+        except Exception as exc:
+            results.append(
+                ScenarioResult("stack", "stack", repetition=repetition, error=f"{type(exc).__name__}: {exc}")
+            )
+        finally:
+            save()
+            runner.stop()
+    save()
+    print(markdown(results))
+    print(f"results: {args.out / (stamp + '.json')}")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def load_results(path: Path) -> list[ScenarioResult]:
+    """Records from a results JSON file, or from the ``scenario <name>: PASS/FAIL {...}`` lines of a log."""
+    text = path.read_text()
+    if path.suffix == ".json":
+        loaded = json.loads(text)
+        documents = loaded["results"] if isinstance(loaded, dict) else loaded  # the tests' artifacts are lists
+    else:
+        documents = [
+            json.loads(line.split(": PASS ", 1)[-1].split(": FAIL ", 1)[-1])
+            for line in text.splitlines()
+            if "] scenario " in line and (": PASS {" in line or ": FAIL {" in line)
+        ]
+    fields = set(ScenarioResult.__dataclass_fields__)
+    return [ScenarioResult(**{k: v for k, v in d.items() if k in fields}) for d in documents]
+
+
+def _machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": sys.version.split()[0]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The fault runner's independent counts: folding Debezium records, differences, duplicates by cause."""
+
+from __future__ import annotations
+
+import base64
+from decimal import Decimal
+
+from cdc_reconcile.faults import (
+    RawRecord,
+    ScenarioResult,
+    compare,
+    decode_decimal,
+    differences,
+    duplicates,
+    fold,
+    markdown,
+)
+
+
+def money(value: str) -> str:
+    unscaled = int(Decimal(value).scaleb(2))
+    return base64.b64encode(unscaled.to_bytes(8, "big", signed=True)).decode()
+
+
+def event(offset: int, key: int, op: str, tx: int, lsn: int, name: str = "n", balance: str = "1.00") -> RawRecord:
+    after = None if op == "d" else {"id": key, "name": name, "email": None, "balance": money(balance)}
+    value = {"schema": {}, "payload": {"op": op, "after": after, "source": {"txId": tx, "lsn": lsn}}}
+    return RawRecord(0, offset, {"id": key}, value)
+
+
+def test_decimal_decoding_is_exact_for_negative_and_zero():
+    assert decode_decimal(money("-1234.56"), 2) == Decimal("-1234.56")
+    assert decode_decimal(money("0"), 2) == Decimal("0")
+    assert decode_decimal(None, 2) is None
+
+
+def test_fold_applies_changes_in_range_on_top_of_the_start_state_and_skips_tombstones():
+    start = {1: ("a", None, Decimal("1.00")), 2: ("b", None, Decimal("2.00"))}
+    records = [
+        event(0, 9, "c", 1, 10),  # before the range: already in the start state
+        event(1, 1, "u", 2, 20, name="a2"),
+        event(2, 2, "d", 3, 30),
+        RawRecord(0, 3, {"id": 2}, None),  # tombstone
+        event(4, 3, "c", 4, 40),
+        event(5, 4, "c", 5, 50),  # after the sealed end
+    ]
+    state = fold(records, start, from_offsets={0: 1}, to_offsets={0: 5})
+    assert state == {1: ("a2", None, Decimal("1.00")), 3: ("n", None, Decimal("1.00"))}
+
+
+def test_differences_by_class():
+    lake = {1: ("a", None, Decimal(1)), 2: ("b", None, Decimal(2)), 3: ("c", None, Decimal(3))}
+    source = {1: ("a", None, Decimal(1)), 2: ("b!", None, Decimal(2)), 4: ("d", None, Decimal(4))}
+    assert differences(lake, source) == {"missing": 1, "extra": 1, "stale": 1}
+
+
+def test_duplicates_count_redeliveries_and_snapshot_reruns_only_inside_the_range():
+    records = [
+        event(0, 1, "r", 100, 5),
+        event(1, 2, "r", 100, 5),
+        event(2, 1, "r", 100, 5),  # same snapshot event again: a redelivery, before the range
+        event(3, 1, "r", 200, 9),  # second snapshot round
+        event(4, 2, "r", 200, 9),
+        event(5, 1, "u", 300, 20),
+        event(6, 1, "u", 300, 20),  # redelivery in the range
+        event(7, 1, "u", 300, 20),  # past the end
+    ]
+    assert duplicates(records, {0: 3}, {0: 7}) == {"redelivery": 1, "snapshot_rerun": 2}
+    assert duplicates(records, {0: 0}, {0: 8}) == {"redelivery": 3, "snapshot_rerun": 2}
+
+
+def test_compare_separates_false_alarms_from_misses():
+    assert compare({"missing": 3, "stale": 1}, {"missing": 2, "extra": 4}) == (2, 4)
+    assert compare({"redelivery": 5}, {"redelivery": 5}) == (0, 0)
+
+
+def test_markdown_marks_a_detection_that_differs_from_the_independent_count():
+    good = ScenarioResult("x", "X", injected={"kills": 1}, detected={"redelivery": 2}, independent={"redelivery": 2})
+    good.repaired, good.repaired_ok, good.rows_lost, good.false_alarms, good.second_run_clean = (
+        {"redelivery": 2},
+        True,
+        0,
+        0,
+        True,
+    )
+    bad = ScenarioResult("y", "Y", detected={"missing": 1}, independent={"missing": 2}, error="boom")
+    good.lake_mismatches = 0
+    table = markdown([good, bad])
+    assert "| X | 1 | kills 1 | redelivery 2 | redelivery 2 | redelivery 2 | 0 | 0 | yes |" in table
+    assert "missing 1 ❌" in table and "error: boom" in table
+    assert good.passed and not bad.passed
