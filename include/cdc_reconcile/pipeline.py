@@ -185,6 +185,8 @@ def compact(
     duplicates are found within it (earlier ranges hold the same records again).
     """
     began = time.monotonic()
+    # once a run was a rescan it stays one: a re-run must rebuild the same table, whatever it is told
+    full_rescan = full_rescan or is_full_rescan(lake, run_id)
     _, spec, _ = snapshot_of(lake, run_id)
     tagged = tag_envelopes(read_kafka_range(spark, bootstrap, starting, ending)).persist()
     parsed, bad_records = split_envelopes(tagged)

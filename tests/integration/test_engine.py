@@ -21,7 +21,7 @@ from cdc_reconcile import checkpoints, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
 from cdc_reconcile.loader import run_loader
-from cdc_reconcile.pipeline import TableLake, check, compact, is_full_rescan, reconcile
+from cdc_reconcile.pipeline import TableLake, check, compact, reconcile
 from cdc_reconcile.stack.connect import connector_config
 from cdc_reconcile.stack.topics import read_topic, unwrap
 
@@ -142,8 +142,7 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
         bootstrap=config.bootstrap_servers,
         starting=starting,
         ending=ending,
-        full_rescan=is_full_rescan(table_lake, "lost-0"),
-    )
+    )  # not told whether lost-0 was a full rescan: the run's recorded choice holds
     assert _file_hashes(table_lake.base) == written, "compacting the same range again rewrites identical datasets"
     with pg.transaction():
         stale_ids = [r[0] for r in pg.execute("SELECT id FROM public.customers ORDER BY id LIMIT 3")]
@@ -192,7 +191,7 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     assert next_report.clean, next_report.as_dict()
 
 
-@pytest.mark.slow  # about 4 minutes; the fault matrix runs it (scripts/faults.sh), the DAG test covers re-runs
+@pytest.mark.slow  # about 4 minutes; fault-matrix scenario 2 (scripts/faults.sh) injects the same fault
 def test_worker_killed_during_initial_snapshot_yields_counted_snapshot_reruns(stack, config, spark, lake, pg):
     """kill -9 of the Connect worker mid-snapshot: the snapshot runs again, re-emitting rows already sent."""
     pg.execute(
