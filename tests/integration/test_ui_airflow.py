@@ -4,6 +4,9 @@ non-default Param through the trigger form, and watch the run succeed.
 Debian's Chromium, headless, driven by Selenium through Debian's chromedriver (a test tool's own
 browser download cannot be fetched on this network). Airflow runs on the test stack, started by
 the project's code (``airflow_stack`` fixture). The screenshot lands in ``test-artifacts/``.
+
+The file sorts last among the integration modules on purpose: its loader rows and its DAG run's
+sealed ranges would otherwise sit in the topics and state the engine and DAG tests start from.
 """
 
 from __future__ import annotations
