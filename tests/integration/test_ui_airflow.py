@@ -27,7 +27,9 @@ from cdc_reconcile.config import default_config
 from cdc_reconcile.loader import run_loader
 from cdc_reconcile.stack import Stack, StackConfig
 
-pytestmark = pytest.mark.integration
+# Run alone for now (`bash scripts/test.sh -m browser`): after the other modules, the lake and topics they
+# leave (a dry-run's unrepaired lake, a topic with lost events) make its check-only run fail.
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 # What the test triggers: the DAG, one of its Params, and a value other than the Param's default.
 DAG_ID = "cdc_reconciliation"
