@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from .debezium import (
     DECODE_ERRORS_FIELD,
     DEFAULT_OPTIONS,
+    QUARANTINE_COLUMNS,
     UNAVAILABLE_FIELD,
     DecodeOptions,
     TableSpec,
@@ -113,6 +114,28 @@ def decode_changes(
     """
     kept = marked.withColumn("before", F.when(F.col("op") == "d", F.col("before")))
     return tag_decode_errors(kept, spec, options)
+
+
+def without_raw_values(events: DataFrame) -> DataFrame:
+    """Events without ``raw_value``, the whole Kafka message, for the shuffles and caches of compaction.
+
+    With the JSON converter's schemas enabled (the stack's default) every message carries its full
+    schema: about 4 KB of a 4.3 KB record, where the row images are a few hundred bytes. Duplicate
+    marking shuffles the events twice and decoding caches them; only quarantined events need the
+    message, and :func:`with_raw_values` puts it back for them. ``raw_value`` becomes null here.
+    """
+    return events.withColumn("raw_value", F.lit(None).cast("string"))
+
+
+def with_raw_values(quarantined: DataFrame, events: DataFrame) -> DataFrame:
+    """Quarantine rows (``QUARANTINE_COLUMNS``) with ``raw_value`` taken from ``events`` by Kafka position.
+
+    A Kafka record is one row of its range's events, so every quarantined change finds exactly one.
+    The quarantine side is broadcast: it is small, and the events are not shuffled for it.
+    """
+    position = ["topic", "partition", "offset"]
+    raw = events.select(*position, "raw_value")
+    return F.broadcast(quarantined.drop("raw_value")).join(raw, position, "inner").select(*QUARANTINE_COLUMNS)
 
 
 def changelog_rows(decoded: DataFrame, key: Sequence[str]) -> tuple[DataFrame, DataFrame]:

@@ -38,6 +38,8 @@ from .compaction import (
     fold_table,
     mark_duplicates,
     snapshot_resets,
+    with_raw_values,
+    without_raw_values,
 )
 from .debezium import DecodeOptions, split_envelopes, tag_envelopes
 from .diff import EXTRA, MISSING, STALE, DiffReport, diff_rows, lake_as_of, summarise, visible_changes
@@ -198,10 +200,10 @@ def compact(
     )
     if history is not None:
         history = change_events(history).drop("is_tombstone")
-    marked = mark_duplicates(change_events(events), history).persist()
+    marked = mark_duplicates(without_raw_values(change_events(events)), history).persist()
     decoded = decode_changes(marked, spec, key, options or DecodeOptions()).persist()
     changelog, undecodable = changelog_rows(decoded, key)
-    quarantined = bad_records.unionByName(undecodable)
+    quarantined = bad_records.unionByName(with_raw_values(undecodable, events))
     storage.replace_partition(quarantined, lake.quarantine, _version(run_id), sort_by=["partition", "offset"])
     storage.replace_partition(changelog, lake.changelog, _version(run_id), sort_by=["partition", "offset"])
     duplicates = marked.filter(F.col("duplicate_class").isNotNull()).select(

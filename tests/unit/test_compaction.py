@@ -19,6 +19,8 @@ from cdc_reconcile.compaction import (
     mark_duplicates,
     snapshot_resets,
     to_changelog,
+    with_raw_values,
+    without_raw_values,
 )
 from cdc_reconcile.debezium import UNAVAILABLE_VALUE, parse_envelopes
 from cdc_reconcile.repair import resolve_duplicates
@@ -266,3 +268,20 @@ def test_compound_keys_fold_per_key(spark, partitions):
     changelog, _ = to_changelog(mark_duplicates(events), spec, key)
     result = fold_table(changelog, spec, key).select(*spec)
     assertDataFrameEqual(result, spark.createDataFrame([(1, 1, "a2")], "order_id long, line_no int, sku string"))
+
+
+def test_decoding_without_raw_values_gives_the_same_changelog_and_quarantine(spark):
+    rows = [
+        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        event(1, "u", 2, {"id": 2, "name": "b", "qty": "not a number"}, {"id": 2}, txid=102, lsn=1002),
+        event(2, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        event(3, "d", 3, None, {"id": "x"}, txid=103, lsn=1003),
+    ]
+    good, _ = parse_envelopes(spark.createDataFrame(rows, RAW), schemas=False)
+    events = change_events(good)
+    changelog, quarantined = to_changelog(mark_duplicates(events), SPEC, KEY)
+    lean_changelog, lean_quarantined = to_changelog(mark_duplicates(without_raw_values(events)), SPEC, KEY)
+    assert quarantined.count() == 2
+    assertDataFrameEqual(lean_changelog, changelog)
+    assertDataFrameEqual(with_raw_values(lean_quarantined, good), quarantined)
+    assert with_raw_values(lean_quarantined, good).columns == quarantined.columns
