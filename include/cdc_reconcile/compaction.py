@@ -11,6 +11,9 @@
   sub-position so that repair events sit right after the offset they were placed at. A snapshot round
   is a complete table image, so its first offset resets its partition: older events and older lake
   rows there no longer count. Unchanged TOAST columns are filled from the key's previous state.
+* A ``TRUNCATE`` (op ``t``, no key) empties the table: every change before the newest truncate of
+  the range, and every row of the previous lake table older than it, no longer count. Truncates stay
+  in the changelog, so each fold (the table, the table as of a snapshot) applies the ones it sees.
 
 All functions are pure DataFrame -> DataFrame transforms; reading and writing happen in the jobs.
 """
@@ -34,6 +37,9 @@ from .debezium import (
     tag_decode_errors,
 )
 
+TRUNCATE = "t"
+# what a truncate, which has no row key, shows where a key is expected (the audit, the suite's samples)
+TRUNCATE_KEY = '"TRUNCATE"'
 REDELIVERY = "redelivery"
 SNAPSHOT_RERUN = "snapshot_rerun"
 ORIGIN_DEBEZIUM = "debezium"
@@ -53,8 +59,8 @@ CDC_COLUMNS = tuple(CDC_FIELDS)
 
 
 def change_events(parsed: DataFrame) -> DataFrame:
-    """Events that carry row state: tombstones and truncates are log markers, not changes."""
-    return parsed.filter(~F.col("is_tombstone") & F.col("op").isin("c", "u", "d", "r"))
+    """Events that change the table: row changes and truncates. Tombstones are only log-compaction markers."""
+    return parsed.filter(~F.col("is_tombstone") & F.col("op").isin("c", "u", "d", "r", TRUNCATE))
 
 
 def mark_duplicates(events: DataFrame, history: DataFrame | None = None) -> DataFrame:
@@ -189,6 +195,35 @@ def snapshot_resets(changelog: DataFrame, history: DataFrame | None = None) -> D
     )
 
 
+def newest_truncate(changelog: DataFrame) -> DataFrame:
+    """The range's newest truncate as one row (``t_partition``, ``t_offset``, ``t_lsn``), or no row.
+
+    A TRUNCATE holds an ACCESS EXCLUSIVE lock until it commits, so no change of the table is
+    concurrent with it: every change before it has a smaller LSN, every change after it a larger one.
+    That makes LSN order exact for truncates across partitions; within the truncate's own partition
+    the offset is used, which also places repair events (no LSN) correctly.
+    """
+    truncates = without_redeliveries(changelog).filter(F.col("op") == TRUNCATE)
+    newest = truncates.agg(F.max(F.struct("source_lsn", "partition", "offset")).alias("_t"))
+    return newest.filter(F.col("_t").isNotNull()).select(
+        F.col("_t.partition").alias("t_partition"),
+        F.col("_t.offset").alias("t_offset"),
+        F.col("_t.source_lsn").alias("t_lsn"),
+    )
+
+
+def after_truncate(events: DataFrame, truncate: DataFrame) -> DataFrame:
+    """``events`` (``partition``, ``offset``, ``source_lsn``) that the newest truncate did not empty."""
+    joined = events.join(F.broadcast(truncate), F.lit(True), "left")
+    same_partition = F.col("partition") == F.col("t_partition")
+    survives = (
+        F.col("t_offset").isNull()
+        | (same_partition & (F.col("offset") >= F.col("t_offset")))
+        | (~same_partition & F.coalesce(F.col("source_lsn") > F.col("t_lsn"), F.lit(True)))
+    )
+    return joined.filter(survives).drop("t_partition", "t_offset", "t_lsn")
+
+
 def table_as_changelog(table: DataFrame, spec: TableSpec, key: Sequence[str]) -> DataFrame:
     """The previous lake table as one pseudo-event per row, at the position of its last change."""
     after = F.struct(
@@ -215,12 +250,14 @@ def fold_table(
 
     ``previous`` is the lake table of the last run (folded incrementally: its rows come before every
     new event of their key); ``resets`` comes from :func:`snapshot_resets`. Redeliveries still in the
-    changelog (before repair) are skipped.
+    changelog (before repair) are skipped; the newest truncate empties what came before it.
     """
     columns = ["op", "partition", "offset", "sub", "source_txid", "source_lsn", "origin", "after_row"]
-    events = without_redeliveries(changelog).select(*key, *columns)
+    rows = without_redeliveries(changelog)
+    events = rows.filter(F.col("op") != TRUNCATE).select(*key, *columns)
     if previous is not None:
         events = events.unionByName(table_as_changelog(previous, spec, key).select(*key, *columns))
+    events = after_truncate(events, newest_truncate(rows))
     if resets is not None:
         events = (
             events.join(F.broadcast(resets), "partition", "left")

@@ -31,6 +31,7 @@ from . import storage
 from .compaction import (
     CDC_COLUMNS,
     IDENTITY,
+    TRUNCATE_KEY,
     change_events,
     changelog_rows,
     decode_changes,
@@ -373,7 +374,7 @@ def validate(
     changes = range_changelog.select(
         *CHANGE_IDENTITY,
         *(
-            F.when(F.col("duplicate_class") == cause, F.col("key")).alias(column)
+            F.when(F.col("duplicate_class") == cause, F.coalesce(F.col("key"), F.lit(TRUNCATE_KEY))).alias(column)
             for cause, column in DUPLICATE_COLUMNS.items()
         ),
     )

@@ -2,8 +2,9 @@
 
 Each difference found against the snapshot becomes one changelog row with origin ``reconcile``: the
 snapshot's row (op ``r``) for a missing or stale key, a delete (op ``d``) for an extra one. It is
-placed right after the key's last event that the snapshot saw (sub-position 1 at that offset), so
-events the snapshot did not see yet still come after it and win. The lake table stays the fold of
+placed right after the key's last event that the snapshot saw (sub-position 1 at that offset), and
+never before a truncate the snapshot saw, so events the snapshot did not see yet still come after it
+and win. The lake table stays the fold of
 the changelog. Duplicates are dropped from the changelog (``resolve_duplicates``); ``events`` and
 ``duplicates`` keep them for the audit. Every repaired key and every duplicate is one audit row.
 """
@@ -15,7 +16,16 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from .compaction import ORIGIN_DEBEZIUM, ORIGIN_RECONCILE, REDELIVERY, SNAPSHOT_RERUN, without_redeliveries
+from .compaction import (
+    ORIGIN_DEBEZIUM,
+    ORIGIN_RECONCILE,
+    REDELIVERY,
+    SNAPSHOT_RERUN,
+    TRUNCATE,
+    TRUNCATE_KEY,
+    newest_truncate,
+    without_redeliveries,
+)
 from .debezium import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD, TableSpec
 from .diff import EXTRA, MISSING, STALE, conform
 
@@ -47,7 +57,8 @@ def resolve_duplicates(changelog: DataFrame) -> DataFrame:
 def last_visible_positions(visible: DataFrame, key: Sequence[str]) -> DataFrame:
     """Per key, the partition and offset of its last change that the snapshot saw."""
     return (
-        visible.groupBy(*key)
+        visible.filter(F.col("op") != TRUNCATE)
+        .groupBy(*key)
         .agg(
             F.max(F.struct("offset", "partition")).alias("_pos"),
         )
@@ -89,6 +100,12 @@ def repair_events(
     )
     wanted = diff.filter(F.col("kind").isin(MISSING, STALE, EXTRA)).select(*key, "kind")
     rows = wanted.join(snapshot_rows, list(key), "left").join(positions, list(key), "left")
+    # a key last seen before a truncate the snapshot saw is repaired after that truncate, not before
+    rows = rows.join(F.broadcast(newest_truncate(visible)), F.lit(True), "left")
+    before_it = (F.col("partition") == F.col("t_partition")) & (F.col("offset") < F.col("t_offset"))
+    emptied = F.col("t_partition").isNotNull() & (F.col("partition").isNull() | before_it)
+    rows = rows.withColumn("partition", F.when(emptied, F.col("t_partition")).otherwise(F.col("partition")))
+    rows = rows.withColumn("offset", F.when(emptied, F.col("t_offset")).otherwise(F.col("offset")))
     return rows.select(
         *key,
         _key_json(key).alias("key"),
@@ -128,7 +145,7 @@ def audit_rows(
     )
     if duplicates is not None:
         dupes = duplicates.filter(F.col("duplicate_class").isin(REDELIVERY, SNAPSHOT_RERUN)).select(
-            F.col("key"),
+            F.coalesce(F.col("key"), F.lit(TRUNCATE_KEY)).alias("key"),
             F.col("duplicate_class").alias("kind"),
             F.lit(None).cast("string").alias("before_hash"),
             F.lit(None).cast("string").alias("after_hash"),

@@ -69,6 +69,12 @@ def event(offset, op, key, after=None, before=None, txid=100, lsn=1000, snapshot
     return (TOPIC, partition, offset, json.dumps({"id": key}).encode(), value)
 
 
+def truncate(offset, txid, lsn, partition=0):
+    """A TRUNCATE as Debezium sends it: no key, no row images."""
+    _, _, _, _, value = event(offset, "t", 0, txid=txid, lsn=lsn, partition=partition)
+    return (TOPIC, partition, offset, None, value)
+
+
 def parsed(spark, rows):
     good, bad = parse_envelopes(spark.createDataFrame(rows, RAW), schemas=False)
     assert bad.count() == 0
@@ -285,3 +291,45 @@ def test_decoding_without_raw_values_gives_the_same_changelog_and_quarantine(spa
     assertDataFrameEqual(lean_changelog, changelog)
     assertDataFrameEqual(with_raw_values(lean_quarantined, good), quarantined)
     assert with_raw_values(lean_quarantined, good).columns == quarantined.columns
+
+
+def test_a_truncate_empties_the_table_and_later_changes_count(spark):
+    rows = [
+        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=102, lsn=1002),
+        truncate(2, txid=103, lsn=1003),
+        event(3, "c", 2, {"id": 2, "name": "b2", "qty": 5}, txid=104, lsn=1004),
+        event(4, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=105, lsn=1005),
+    ]
+    result, marked = fold(spark, rows)
+    assertDataFrameEqual(state(result), table(spark, [(2, "b2", 5), (3, "c", 3)]))
+    # the truncate is a change of the range, kept in the changelog, and the fold of the changelog applies it
+    changelog, _ = to_changelog(marked, SPEC, KEY)
+    assert [(r["op"], r["key"]) for r in changelog.filter("op = 't'").collect()] == [("t", None)]
+
+    # incrementally: the previous lake table's rows are older than the truncate
+    head, _ = fold(spark, rows[:2])
+    tail, _ = fold(spark, rows[2:], previous=head)
+    assertDataFrameEqual(state(tail), state(result))
+
+
+def test_a_truncate_on_another_partition_is_ordered_by_lsn(spark):
+    rows = [
+        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001, partition=1),
+        truncate(0, txid=103, lsn=1003, partition=0),
+        event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=104, lsn=1004, partition=1),
+    ]
+    result, _ = fold(spark, rows)
+    assertDataFrameEqual(state(result), table(spark, [(2, "b", 2)]))
+
+
+def test_a_redelivered_truncate_is_a_counted_duplicate_and_changes_nothing_else(spark):
+    rows = [
+        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        truncate(1, txid=102, lsn=1002),
+        event(2, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=103, lsn=1003),
+        truncate(3, txid=102, lsn=1002),  # redelivered after a worker crash: it must not empty key 2
+    ]
+    result, marked = fold(spark, rows)
+    assert duplicate_counts(marked) == {REDELIVERY: 1, SNAPSHOT_RERUN: 0}
+    assertDataFrameEqual(state(result), table(spark, [(2, "b", 2)]))

@@ -10,7 +10,7 @@ from cdc_reconcile.diff import EXTRA, MISSING, STALE, diff_rows, lake_as_of, sum
 from cdc_reconcile.repair import audit_rows, repair_events
 from cdc_reconcile.visibility import PgSnapshot
 
-from .test_compaction import KEY, SPEC, event, parsed
+from .test_compaction import KEY, SPEC, event, parsed, truncate
 
 COLUMNS = list(SPEC)
 # xmin 100, xmax 110, transaction 105 still in progress when the snapshot was taken
@@ -134,3 +134,38 @@ def test_repair_events_never_reset_other_keys_like_a_snapshot_round(spark):
     assert [(r["id"], r["op"], r["offset"]) for r in repairs.collect()] == [(3, "r", 2)]
     repaired = lake_as_of(changelog.unionByName(repairs), SNAPSHOT, SPEC, KEY).select(*COLUMNS)
     assertDataFrameEqual(repaired, snapshot)
+
+
+def test_a_truncate_the_snapshot_did_not_see_is_not_applied_as_of_the_snapshot(spark):
+    changelog = changelog_of(
+        spark,
+        [
+            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            truncate(1, txid=112, lsn=11),  # committed after the snapshot (xmax 110)
+        ],
+    )
+    snapshot = source(spark, [(1, "a", 1)])
+    as_of = lake_as_of(changelog, SNAPSHOT, SPEC, KEY)
+    assert diff_rows(as_of, snapshot, KEY, COLUMNS).count() == 0
+    assert fold_table(changelog, SPEC, KEY).count() == 0
+
+
+def test_a_row_lost_after_a_truncate_is_repaired_after_the_truncate(spark):
+    changelog = changelog_of(
+        spark,
+        [
+            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=91, lsn=11),
+            truncate(2, txid=92, lsn=12),
+            # key 1 inserted again after the truncate, but that event never arrived
+            event(3, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=94, lsn=14),
+        ],
+    )
+    snapshot = source(spark, [(1, "again", 7), (3, "c", 3)])
+    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS)
+    assert sorted((r["id"], r["kind"]) for r in diff.collect()) == [(1, MISSING)]
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), SPEC, KEY)
+    assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(0, 2, 1)]
+    repaired = changelog.unionByName(repairs)
+    assert diff_rows(lake_as_of(repaired, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS).count() == 0
+    assertDataFrameEqual(fold_table(repaired, SPEC, KEY).select(*COLUMNS), snapshot)
