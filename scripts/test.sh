@@ -7,6 +7,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 .venv/bin/ruff check .
-# Fault scenarios marked `slow` run with `bash scripts/faults.sh`; the browser test (marker `browser`) runs
-# alone with `bash scripts/test.sh -m browser`. A later -m in "$@" overrides this one.
-exec .venv/bin/python -m pytest --timeout=1800 -m "not slow and not browser" "$@"
+# Fault scenarios marked `slow` run with `bash scripts/faults.sh` (or `-m slow`). A later -m in "$@"
+# overrides this one.
+exec .venv/bin/python -m pytest --timeout=1800 -m "not slow" "$@"

@@ -5,8 +5,8 @@ Debian's Chromium, headless, driven by Selenium through Debian's chromedriver (a
 browser download cannot be fetched on this network). Airflow runs on the test stack, started by
 the project's code (``airflow_stack`` fixture). The screenshot lands in ``test-artifacts/``.
 
-The file sorts last among the integration modules on purpose: its loader rows and its DAG run's
-sealed ranges would otherwise sit in the topics and state the engine and DAG tests start from.
+The module starts from a stack reset to empty data (``airflow_stack``) and sorts last among the
+integration modules, so what it leaves (loader rows, sealed ranges) is seen by no other module.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from cdc_reconcile.config import default_config
 from cdc_reconcile.loader import run_loader
 from cdc_reconcile.stack import Stack, StackConfig
 
-# Run alone for now (`bash scripts/test.sh -m browser`): after the other modules, the lake and topics they
-# leave (a dry-run's unrepaired lake, a topic with lost events) make its check-only run fail.
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 # What the test triggers: the DAG, one of its Params, and a value other than the Param's default.
