@@ -63,6 +63,34 @@ def change_events(parsed: DataFrame) -> DataFrame:
     return parsed.filter(~F.col("is_tombstone") & F.col("op").isin("c", "u", "d", "r", TRUNCATE))
 
 
+def _source_table() -> Column:
+    return F.concat_ws(".", F.col("source_schema"), F.col("source_table"))
+
+
+def of_table(events: DataFrame, table: str) -> DataFrame:
+    """Events of ``table`` (``schema.table``); tombstones carry no source and are kept."""
+    return events.filter(F.col("is_tombstone") | (_source_table() == F.lit(table)))
+
+
+def foreign_events(events: DataFrame, table: str) -> DataFrame:
+    """Quarantine rows for events of another table that reached ``table``'s topic.
+
+    A misrouted record (a topic routing transform, a producer writing to the wrong topic) would
+    otherwise be folded as a change of this table, with columns decoded by the wrong spec.
+    """
+    source = _source_table()
+    return events.filter(~F.col("is_tombstone") & (source.isNull() | (source != F.lit(table)))).select(
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "raw_value",
+        F.concat(
+            F.lit("event of "), F.coalesce(source, F.lit("an unnamed table")), F.lit(f" in the topic of {table}")
+        ).alias("reason"),
+    )
+
+
 def mark_duplicates(events: DataFrame, history: DataFrame | None = None) -> DataFrame:
     """Add ``duplicate_class`` (null, ``redelivery`` or ``snapshot_rerun``) to this range's events.
 

@@ -37,7 +37,9 @@ from .compaction import (
     decode_changes,
     duplicate_counts,
     fold_table,
+    foreign_events,
     mark_duplicates,
+    of_table,
     snapshot_resets,
     with_raw_values,
     without_raw_values,
@@ -197,14 +199,21 @@ def compact(
     events = storage.read_partitions(spark, lake.events, [_version(run_id)])
 
     history = _history(
-        spark, lake.events, run_id, [*IDENTITY, "partition", "offset", "is_tombstone"], full_rescan=full_rescan
+        spark,
+        lake.events,
+        run_id,
+        [*IDENTITY, "partition", "offset", "is_tombstone", "source_schema", "source_table"],
+        full_rescan=full_rescan,
     )
     if history is not None:
-        history = change_events(history).drop("is_tombstone")
-    marked = mark_duplicates(without_raw_values(change_events(events)), history).persist()
+        history = change_events(of_table(history, lake.name)).drop("is_tombstone", "source_schema", "source_table")
+    own = of_table(events, lake.name)
+    marked = mark_duplicates(without_raw_values(change_events(own)), history).persist()
     decoded = decode_changes(marked, spec, key, options or DecodeOptions()).persist()
     changelog, undecodable = changelog_rows(decoded, key)
-    quarantined = bad_records.unionByName(with_raw_values(undecodable, events))
+    quarantined = bad_records.unionByName(foreign_events(events, lake.name)).unionByName(
+        with_raw_values(undecodable, events)
+    )
     storage.replace_partition(quarantined, lake.quarantine, _version(run_id), sort_by=["partition", "offset"])
     storage.replace_partition(changelog, lake.changelog, _version(run_id), sort_by=["partition", "offset"])
     duplicates = marked.filter(F.col("duplicate_class").isNotNull()).select(

@@ -16,7 +16,9 @@ from cdc_reconcile.compaction import (
     change_events,
     duplicate_counts,
     fold_table,
+    foreign_events,
     mark_duplicates,
+    of_table,
     snapshot_resets,
     to_changelog,
     with_raw_values,
@@ -333,3 +335,21 @@ def test_a_redelivered_truncate_is_a_counted_duplicate_and_changes_nothing_else(
     result, marked = fold(spark, rows)
     assert duplicate_counts(marked) == {REDELIVERY: 1, SNAPSHOT_RERUN: 0}
     assertDataFrameEqual(state(result), table(spark, [(2, "b", 2)]))
+
+
+def test_an_event_of_another_table_in_the_topic_is_quarantined_not_folded(spark):
+    stray = event(1, "c", 1, {"id": 1, "name": "not ours", "qty": 9}, txid=102, lsn=1002)
+    value = json.loads(stray[4])
+    value["source"]["table"] = "invoices"
+    rows = [
+        event(0, "c", 2, {"id": 2, "name": "ours", "qty": 1}, txid=101, lsn=1001),
+        (*stray[:4], json.dumps(value).encode()),
+        event(2, None, 2),
+    ]
+    good, bad = parse_envelopes(spark.createDataFrame(rows, RAW), schemas=False)
+    assert bad.count() == 0
+    assertDataFrameEqual(of_table(good, "public.items").select("offset"), [Row(offset=0), Row(offset=2)])
+    assertDataFrameEqual(
+        foreign_events(good, "public.items").select("offset", "reason"),
+        [Row(offset=1, reason="event of public.invoices in the topic of public.items")],
+    )
