@@ -302,6 +302,13 @@ def test_connect_runs_exactly_once_source_support(services: dict[str, dict[str, 
     assert "8083" in healthcheck_text(connect)
 
 
+def test_records_as_large_as_the_embedded_stack_allows(services: dict[str, dict[str, Any]]) -> None:
+    from cdc_reconcile.stack.config import MAX_MESSAGE_BYTES
+
+    assert kafka_properties(env(services["kafka"]))["message.max.bytes"] == str(MAX_MESSAGE_BYTES)
+    assert connect_worker_properties(env(services["connect"]))["producer.max.request.size"] == str(MAX_MESSAGE_BYTES)
+
+
 # -- the connector --------------------------------------------------------------------------------
 
 

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+# The largest Kafka record the stack accepts (broker and Connect producer): a row with a 10 MB value
+# is one Debezium record of over 10 MB, which Kafka's 1 MB default would refuse and stop the connector.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 def _env_int(name: str, default: int) -> int:

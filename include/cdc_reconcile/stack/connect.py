@@ -9,7 +9,7 @@ from typing import Any
 
 import requests
 
-from .config import StackConfig
+from .config import MAX_MESSAGE_BYTES, StackConfig
 from .kafka import LOG4J2_PROPERTIES, java_command
 from .process import ManagedProcess, StackError, wait_until
 
@@ -87,6 +87,7 @@ class Connect:
             "plugin.discovery": "hybrid_warn",
             "exactly.once.source.support": "enabled" if exactly_once else "disabled",
             "scheduled.rebalance.max.delay.ms": "0",
+            "producer.max.request.size": str(MAX_MESSAGE_BYTES),
         }
 
     def write_config(self, *, exactly_once: bool = True) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from .config import StackConfig
+from .config import MAX_MESSAGE_BYTES, StackConfig
 from .process import ManagedProcess, StackError, wait_until
 
 LOG4J2_PROPERTIES = """\
@@ -94,6 +94,8 @@ class Kafka:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "log.retention.hours": "-1",
+            # a row with a 10 MB value is one Debezium record of over 10 MB (Kafka's default is 1 MB)
+            "message.max.bytes": str(MAX_MESSAGE_BYTES),
         }
 
     def write_config(self) -> None:
