@@ -14,6 +14,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cdc_reconcile import checkpoints, storage
+from cdc_reconcile.config import TableConfig, load_config
+from cdc_reconcile.pipeline import TableLake, check, compact
 from cdc_reconcile.stack import Stack, StackConfig
 from cdc_reconcile.stack.config import REPO_ROOT
 
@@ -139,3 +142,66 @@ def eventually(check: Callable[[], object], *, timeout: float, what: str, interv
             return last
         time.sleep(interval)
     pytest.fail(f"{what}: not true after {timeout:.0f}s (last: {last!r})")
+
+
+def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, watermark_topic: str | None = None):
+    """checkpoint_offsets -> snapshot_source -> seal_offsets -> compact_cdc -> diff, as the DAG runs them.
+
+    The first run into an empty lake is a full rescan (the DAG's ``full_rescan``): other test modules
+    may have sealed ranges of the same table for their own lakes.
+    """
+    pipeline = load_config()
+    bootstrap = config.bootstrap_servers
+    table_lake = TableLake(lake, table.name)
+    full_rescan = storage.current_version(table_lake.table) is None
+    with checkpoints.connect(config.pg_dsn) as conn:
+        checkpoints.ensure_state_schema(conn)
+        eventually(lambda: _topic_exists(bootstrap, table.topic), timeout=60, what=f"topic {table.topic}")
+        partitions = checkpoints.list_partitions(bootstrap, table.topic)
+        earliest = checkpoints.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
+        checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
+        result = take_snapshot(spark, config, table, lake, run_id, partitions=2)
+        meta = result.metadata
+        checkpoints.record_snapshot(
+            conn,
+            run_id,
+            table.name,
+            {
+                "xmin": meta["xmin"],
+                "xmax": meta["xmax"],
+                "xip": meta["xip"],
+                "snapshot_id": meta["snapshot_id"],
+                "wal_lsn": meta["lsn"],
+                "taken_at": meta["taken_at"],
+                "row_count": result.rows,
+            },
+        )
+        sealed = checkpoints.seal_offsets(
+            conn,
+            bootstrap=bootstrap,
+            run_id=run_id,
+            table=table.name,
+            watermark_table=pipeline.watermark_table,
+            watermark_topic=watermark_topic or f"{table.topic_prefix}.{pipeline.watermark_table}",
+            timeout=180,
+        )
+    starting, ending = sealed.as_spark_json()
+    summary = compact(
+        spark,
+        lake=table_lake,
+        run_id=run_id,
+        key=table.key,
+        bootstrap=bootstrap,
+        starting=starting,
+        ending=ending,
+        full_rescan=full_rescan,
+    )
+    report, _ = check(spark, lake=table_lake, run_id=run_id, key=table.key)
+    return summary, report, sealed
+
+
+def _topic_exists(bootstrap: str, topic: str) -> bool:
+    try:
+        return bool(checkpoints.list_partitions(bootstrap, topic, timeout=5))
+    except checkpoints.CheckpointError:
+        return False

@@ -25,7 +25,7 @@ from cdc_reconcile.pipeline import TableLake, check, compact, reconcile
 from cdc_reconcile.stack.connect import connector_config
 from cdc_reconcile.stack.topics import read_topic, unwrap
 
-from .conftest import eventually, take_snapshot
+from .conftest import eventually, run_once
 
 pytestmark = pytest.mark.integration
 
@@ -35,69 +35,6 @@ BIG_ROWS = 150_000
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("lake")
-
-
-def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, watermark_topic: str | None = None):
-    """checkpoint_offsets -> snapshot_source -> seal_offsets -> compact_cdc -> diff, as the DAG runs them.
-
-    The first run into an empty lake is a full rescan (the DAG's ``full_rescan``): other test modules
-    may have sealed ranges of the same table for their own lakes.
-    """
-    pipeline = load_config()
-    bootstrap = config.bootstrap_servers
-    table_lake = TableLake(lake, table.name)
-    full_rescan = storage.current_version(table_lake.table) is None
-    with checkpoints.connect(config.pg_dsn) as conn:
-        checkpoints.ensure_state_schema(conn)
-        eventually(lambda: _topic_exists(bootstrap, table.topic), timeout=60, what=f"topic {table.topic}")
-        partitions = checkpoints.list_partitions(bootstrap, table.topic)
-        earliest = checkpoints.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
-        checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
-        result = take_snapshot(spark, config, table, lake, run_id, partitions=2)
-        meta = result.metadata
-        checkpoints.record_snapshot(
-            conn,
-            run_id,
-            table.name,
-            {
-                "xmin": meta["xmin"],
-                "xmax": meta["xmax"],
-                "xip": meta["xip"],
-                "snapshot_id": meta["snapshot_id"],
-                "wal_lsn": meta["lsn"],
-                "taken_at": meta["taken_at"],
-                "row_count": result.rows,
-            },
-        )
-        sealed = checkpoints.seal_offsets(
-            conn,
-            bootstrap=bootstrap,
-            run_id=run_id,
-            table=table.name,
-            watermark_table=pipeline.watermark_table,
-            watermark_topic=watermark_topic or f"{table.topic_prefix}.{pipeline.watermark_table}",
-            timeout=180,
-        )
-    starting, ending = sealed.as_spark_json()
-    summary = compact(
-        spark,
-        lake=table_lake,
-        run_id=run_id,
-        key=table.key,
-        bootstrap=bootstrap,
-        starting=starting,
-        ending=ending,
-        full_rescan=full_rescan,
-    )
-    report, _ = check(spark, lake=table_lake, run_id=run_id, key=table.key)
-    return summary, report, sealed
-
-
-def _topic_exists(bootstrap: str, topic: str) -> bool:
-    try:
-        return bool(checkpoints.list_partitions(bootstrap, topic, timeout=5))
-    except checkpoints.CheckpointError:
-        return False
 
 
 def test_zero_differences_as_of_the_snapshot_while_the_loader_writes(stack, config, spark, lake, artifacts):
