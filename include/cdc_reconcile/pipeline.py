@@ -47,7 +47,14 @@ from .compaction import (
 from .debezium import DecodeOptions, split_envelopes, tag_envelopes
 from .diff import EXTRA, MISSING, STALE, DiffReport, diff_rows, lake_as_of, summarise, visible_changes
 from .repair import audit_rows, repair_events, resolve_duplicates
-from .suite import CHANGE_IDENTITY, DIFFERENCE_COLUMNS, DUPLICATE_COLUMNS, SuiteOutcome, run_suite
+from .suite import (
+    CHANGE_IDENTITY,
+    DIFFERENCE_COLUMNS,
+    DUPLICATE_COLUMNS,
+    UNREPRESENTABLE_COLUMN,
+    SuiteOutcome,
+    run_suite,
+)
 from .visibility import PgSnapshot
 
 
@@ -355,11 +362,19 @@ def _key_text(key: Sequence[str]):
     return F.to_json(F.struct(*(F.col(k) for k in key)))
 
 
+def unrepresentable_values(spark: SparkSession, counts: dict[str, int]) -> DataFrame:
+    """The suite's ``source_values`` dataset: one row per value the lake cannot hold, named by its column."""
+    per_column = spark.createDataFrame(list(counts.items()), f"{UNREPRESENTABLE_COLUMN} string, n long")
+    return per_column.select(UNREPRESENTABLE_COLUMN, F.explode(F.sequence(F.lit(1), F.col("n")))).select(
+        UNREPRESENTABLE_COLUMN
+    )
+
+
 def validate(
     spark: SparkSession, *, lake: TableLake, run_id: str, key: Sequence[str], gx_root: str | Path, phase: str
 ) -> SuiteOutcome:
     """``validate``: the expectation suite on this run's datasets (repairs included once written)."""
-    snapshot, spec, _ = snapshot_of(lake, run_id)
+    snapshot, spec, metadata = snapshot_of(lake, run_id)
     changelog = _run_changelog(spark, lake, run_id, with_repairs=True)
     previous, _ = previous_table(spark, lake, run_id)
     history = _history(
@@ -391,8 +406,16 @@ def validate(
     counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
     counts.update(duplicate_counts(range_changelog))
     counts["snapshot_rows"] = source.count()
+    unrepresentable = metadata.get("unrepresentable") or {}
+    counts["unrepresentable"] = sum(unrepresentable.values())
     outcome = run_suite(
-        {"lake_as_of": as_of, "lake_table": table, "changelog": changes, "differences": differences},
+        {
+            "lake_as_of": as_of,
+            "lake_table": table,
+            "changelog": changes,
+            "differences": differences,
+            "source_values": unrepresentable_values(spark, unrepresentable),
+        },
         table=lake.name,
         run_id=run_id,
         phase=phase,

@@ -492,6 +492,44 @@ def load(
     return version, folder
 
 
+def unrepresentable_values(
+    dsn: str,
+    snapshot: SourceSnapshot,
+    options: DecodeOptions = DEFAULT_OPTIONS,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    connect_timeout: int = 10,
+) -> dict[str, int]:
+    """Per numeric column, the snapshot's values that its lake type cannot hold (NaN, +-Infinity, too many digits).
+
+    Debezium sends such a value as null in precise decimal mode and the snapshot types it as null, so
+    both sides agree and the diff cannot see it: this count, taken in the same exported snapshot, is
+    what reports it. Only columns with a non-zero count are returned.
+    """
+    checks: list[tuple[str, sql.Composable]] = []
+    for column in snapshot.columns:
+        pg_type = PgType.parse(column.type)
+        target = spark_type(pg_type, options)
+        if pg_type.name == "numeric" and not pg_type.is_array and isinstance(target, T.DecimalType):
+            # NaN sorts above every number in PostgreSQL: one comparison catches NaN, Infinity and overflow
+            limit = sql.SQL(f"1e{target.precision - target.scale}")
+            counted = sql.SQL("count(*) FILTER (WHERE abs({}) >= {})").format(sql.Identifier(column.name), limit)
+            checks.append((column.name, counted))
+    if not checks:
+        return {}
+    schema, table = snapshot.table.split(".", 1)
+    query = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(expr for _, expr in checks), sql.Identifier(schema, table)
+    )
+    with _connect(dsn, user, password, connect_timeout) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot_id)))
+        counts = conn.execute(query).fetchone()
+        conn.execute("COMMIT")
+    return {name: int(n) for (name, _), n in zip(checks, counts, strict=True) if n}
+
+
 def snapshot_table(
     spark: SparkSession,
     table: TableConfig,
@@ -530,7 +568,10 @@ def snapshot_table(
             lake_root=lake_root,
             run_id=run_id,
             output_files=output_files,
-            extra_metadata={"jdbc_partitions": partitions},
+            extra_metadata={
+                "jdbc_partitions": partitions,
+                "unrepresentable": unrepresentable_values(dsn, snap, options, user=user, password=password),
+            },
         )
     metadata = storage.read_metadata(dataset_path(lake_root, table.name), version) or {}
     return SnapshotResult(

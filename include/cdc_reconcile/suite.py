@@ -1,6 +1,6 @@
 """The expectation suite (DESIGN.md section 7), as Great Expectations code run on Spark DataFrames.
 
-Four datasets of one run are validated, each by its own suite:
+Five datasets of one run are validated, each by its own suite:
 
 * ``lake_as_of``: the lake table as of the run's snapshot. Row-count parity with the snapshot. GX's
   ``ExpectTableRowCountToEqualOtherTable`` cannot compare two Spark DataFrames, so the snapshot's row
@@ -11,7 +11,10 @@ Four datasets of one run are validated, each by its own suite:
   expectation per cause (a ``<cause>_key`` column holds the key of each duplicate, so the unexpected
   values are sample keys), and the change identity ``(key, op, txId, lsn)`` unique;
 * ``differences``: the keys whose rows differ by typed row hash, one column per kind, so each kind is
-  one expectation whose unexpected values are sample keys (missing, extra, stale rows = 0).
+  one expectation whose unexpected values are sample keys (missing, extra, stale rows = 0);
+* ``source_values``: one row per source value that its lake type cannot hold (a numeric NaN or
+  Infinity, too many digits), named by its column. Debezium and the snapshot both turn such a value
+  into null, so the diff cannot see it; the snapshot counts them in PostgreSQL (expected: none).
 
 Results go to the GX file context's validation store and Data Docs
 (``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``); the run's summary goes to the state
@@ -31,7 +34,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 SUITE = "cdc_reconciliation"
-DATASETS = ("lake_as_of", "lake_table", "changelog", "differences")
+DATASETS = ("lake_as_of", "lake_table", "changelog", "differences", "source_values")
+UNREPRESENTABLE_COLUMN = "unrepresentable_column"
 DIFFERENCE_COLUMNS = {"missing": "missing_key", "extra": "extra_key", "stale": "stale_key"}
 DUPLICATE_COLUMNS = {"redelivery": "redelivery_key", "snapshot_rerun": "snapshot_rerun_key"}
 CHANGE_IDENTITY = ["key", "op", "source_txid", "source_lsn"]
@@ -105,6 +109,11 @@ def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
         "differences": [
             ge.ExpectColumnValuesToBeNull(column=column, meta={"check": f"row-level equality: no {kind} rows"})
             for kind, column in DIFFERENCE_COLUMNS.items()
+        ],
+        "source_values": [
+            ge.ExpectColumnValuesToBeNull(
+                column=UNREPRESENTABLE_COLUMN, meta={"check": "every source value fits its lake type"}
+            )
         ],
     }
 

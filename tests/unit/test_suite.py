@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_reconcile.compaction import CDC_COLUMNS
+from cdc_reconcile.pipeline import unrepresentable_values
 from cdc_reconcile.suite import data_docs_index, describe, run_suite
 
 KEY = ["order_id", "line_no"]
@@ -33,13 +34,14 @@ def lake_rows(rows):
     return [(*row, "c", 0, i, 0, 100 + i, 1000 + i, "debezium") for i, row in enumerate(rows)]
 
 
-def datasets(spark, table_rows, changelog_rows, diff_rows):
+def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None):
     table = spark.createDataFrame(lake_rows(table_rows), TABLE_SCHEMA)
     return {
         "lake_as_of": table,
         "lake_table": table,
         "changelog": spark.createDataFrame(changelog_rows, CHANGELOG_SCHEMA),
         "differences": spark.createDataFrame(diff_rows, DIFF_SCHEMA),
+        "source_values": unrepresentable_values(spark, unrepresentable or {}),
     }
 
 
@@ -73,8 +75,14 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root):
     )
     outcome = run(spark, gx_root, data, snapshot_rows=3)
     assert outcome.success, describe(outcome)
-    assert {c["dataset"] for c in outcome.checks} == {"lake_as_of", "lake_table", "changelog", "differences"}
-    assert len(outcome.checks) == 11
+    assert {c["dataset"] for c in outcome.checks} == {
+        "lake_as_of",
+        "lake_table",
+        "changelog",
+        "differences",
+        "source_values",
+    }
+    assert len(outcome.checks) == 12
     assert data_docs_index(gx_root / "gx-project").is_file()
 
 
@@ -92,6 +100,7 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
             (4, 1, '{"order_id":4,"line_no":1}', None, None),
             (2, 1, None, None, '{"order_id":2,"line_no":1}'),
         ],
+        unrepresentable={"unit_price": 2, "discount": 1},
     )
     outcome = run(spark, gx_root, data, snapshot_rows=4)
     assert not outcome.success
@@ -104,7 +113,10 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
         ("changelog", "event uniqueness: change identity"),
         ("differences", "row-level equality: no missing rows"),
         ("differences", "row-level equality: no stale rows"),
+        ("source_values", "every source value fits its lake type"),
     }
+    unfit = failed[("source_values", "every source value fits its lake type")]
+    assert unfit["unexpected_count"] == 3 and set(unfit["samples"]) == {"unit_price", "discount"}
     assert failed[("lake_as_of", "row-count parity as of the snapshot")]["observed_value"] == 3
     assert failed[("differences", "row-level equality: no missing rows")]["unexpected_count"] == 2
     assert failed[("differences", "row-level equality: no missing rows")]["samples"] == [
