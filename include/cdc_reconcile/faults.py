@@ -254,10 +254,35 @@ def lake_rows(lake_root: Path, table: str = TABLE) -> dict[Any, Row] | None:
     return rows
 
 
+def parquet_digest(path: Path) -> str:
+    """sha256 of a Parquet file's bytes up to the footer, and of its footer with encoding lists sorted.
+
+    parquet-mr keeps a column chunk's encodings in a HashSet of enums, iterated in the order of
+    per-JVM identity hashes: two Spark jobs writing byte-identical data pages write footers that
+    differ only in that order (fault scenario 7 found it). Everything else is compared as written.
+    """
+    import pyarrow.parquet as pq
+
+    data = path.read_bytes()
+    footer_length = int.from_bytes(data[-8:-4], "little")
+    metadata = pq.ParquetFile(path).metadata
+    footer = metadata.to_dict()
+    for row_group in footer["row_groups"]:
+        for column in row_group["columns"]:
+            column["encodings"] = sorted(column["encodings"])
+    digest = hashlib.sha256(data[: len(data) - 8 - footer_length])
+    digest.update(json.dumps(footer, sort_keys=True, default=str).encode())
+    digest.update(repr(sorted((metadata.metadata or {}).items())).encode())
+    digest.update("".join(str(metadata.schema.column(i)) for i in range(metadata.num_columns)).encode())
+    return digest.hexdigest()
+
+
 def tree_hashes(base: Path) -> dict[str, str]:
-    """sha256 of every file under ``base`` (relative path -> digest)."""
+    """A digest of every file under ``base`` (relative path -> digest): Parquet by :func:`parquet_digest`."""
     return {
-        str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(base)): parquet_digest(p)
+        if p.suffix == ".parquet"
+        else hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(base.rglob("*"))
         if p.is_file()
     }

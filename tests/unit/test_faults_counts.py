@@ -14,6 +14,7 @@ from cdc_reconcile.faults import (
     duplicates,
     fold,
     markdown,
+    parquet_digest,
 )
 
 
@@ -89,3 +90,18 @@ def test_markdown_marks_a_detection_that_differs_from_the_independent_count():
     assert "| X | 1 | kills 1 | redelivery 2 | redelivery 2 | redelivery 2 | 0 | 0 | yes |" in table
     assert "missing 1 ❌" in table and "error: boom" in table
     assert good.passed and not bad.passed
+
+
+def test_parquet_digest_follows_the_data_and_ignores_nothing_else_a_writer_repeats(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": [1, 2, 3], "name": ["a", None, "ü"]})
+    for name in ("first", "again"):
+        pq.write_table(table, tmp_path / f"{name}.parquet")
+    pq.write_table(pa.table({"id": [1, 2, 3], "name": ["a", None, "u"]}), tmp_path / "changed.parquet")
+    pq.write_table(table, tmp_path / "other_schema.parquet", compression="gzip")
+    digests = {name: parquet_digest(tmp_path / f"{name}.parquet") for name in ("first", "again", "changed")}
+    assert digests["first"] == digests["again"]
+    assert digests["changed"] != digests["first"]
+    assert parquet_digest(tmp_path / "other_schema.parquet") != digests["first"]
