@@ -754,7 +754,7 @@ class FaultRunner:
         result.injected = {"task_reruns": 1, "task": task_id}
         result.detected = {"changed_files": len(changed)}
         result.independent = {"changed_files": 0}
-        result.notes.append(f"{len(before)} files compared byte for byte; log {log}")
+        result.notes.append(f"{len(before)} files compared (Parquet by data pages and footer); log {log}")
         if changed:
             result.notes.append(f"changed: {changed[:10]}")
         if done.returncode != 0:
