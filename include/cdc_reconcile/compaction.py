@@ -241,13 +241,19 @@ def newest_truncate(changelog: DataFrame) -> DataFrame:
 
 
 def after_truncate(events: DataFrame, truncate: DataFrame) -> DataFrame:
-    """``events`` (``partition``, ``offset``, ``source_lsn``) that the newest truncate did not empty."""
+    """``events`` (``partition``, ``offset``, ``source_lsn``) that the newest truncate did not empty.
+
+    A repair of a key with no known position sits at partition -1, before everything: a truncate
+    empties it too (a visible one has already moved this range's repairs after it, see ``repair``).
+    """
     joined = events.join(F.broadcast(truncate), F.lit(True), "left")
     same_partition = F.col("partition") == F.col("t_partition")
-    survives = (
-        F.col("t_offset").isNull()
-        | (same_partition & (F.col("offset") >= F.col("t_offset")))
-        | (~same_partition & F.coalesce(F.col("source_lsn") > F.col("t_lsn"), F.lit(True)))
+    survives = F.col("t_offset").isNull() | (
+        (F.col("partition") >= 0)
+        & (
+            (same_partition & (F.col("offset") >= F.col("t_offset")))
+            | (~same_partition & F.coalesce(F.col("source_lsn") > F.col("t_lsn"), F.lit(True)))
+        )
     )
     return joined.filter(survives).drop("t_partition", "t_offset", "t_lsn")
 

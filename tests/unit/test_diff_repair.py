@@ -169,3 +169,15 @@ def test_a_row_lost_after_a_truncate_is_repaired_after_the_truncate(spark):
     repaired = changelog.unionByName(repairs)
     assert diff_rows(lake_as_of(repaired, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS).count() == 0
     assertDataFrameEqual(fold_table(repaired, SPEC, KEY).select(*COLUMNS), snapshot)
+
+
+def test_a_later_truncate_empties_a_row_repaired_without_a_known_position(spark):
+    first = changelog_of(spark, [event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10)])
+    snapshot = source(spark, [(1, "a", 1), (2, "never-arrived", 2)])
+    diff = diff_rows(lake_as_of(first, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS)
+    repairs = repair_events(diff, snapshot, visible_changes(first, SNAPSHOT), SPEC, KEY)
+    assert [(r["id"], r["partition"], r["offset"]) for r in repairs.collect()] == [(2, -1, -1)]
+    previous = fold_table(first.unionByName(repairs), SPEC, KEY)
+    assert previous.count() == 2
+    second = changelog_of(spark, [truncate(5, txid=95, lsn=50)])
+    assert fold_table(second, SPEC, KEY, previous=previous).count() == 0
