@@ -385,20 +385,7 @@ class Bench:
         )
         result = self._snapshot(run_id)
         meta = result.metadata
-        checkpoints.record_snapshot(
-            conn,
-            run_id,
-            self.table.name,
-            {
-                "xmin": meta["xmin"],
-                "xmax": meta["xmax"],
-                "xip": meta["xip"],
-                "snapshot_id": meta["snapshot_id"],
-                "wal_lsn": meta["lsn"],
-                "taken_at": meta["taken_at"],
-                "row_count": result.rows,
-            },
-        )
+        checkpoints.record_snapshot(conn, run_id, self.table.name, checkpoints.snapshot_fields(meta))
         return meta, result.rows
 
     def seal(self, conn: psycopg.Connection, run_id: str, timeout: float) -> checkpoints.OffsetRange:

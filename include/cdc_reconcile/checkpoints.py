@@ -393,6 +393,19 @@ def write_watermark(conn: psycopg.Connection, run_id: str, watermark_table: str)
     return watermark_id, txid
 
 
+def snapshot_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The :func:`record_snapshot` fields of a snapshot dataset version's metadata sidecar."""
+    return {
+        "xmin": metadata["xmin"],
+        "xmax": metadata["xmax"],
+        "xip": metadata["xip"],
+        "snapshot_id": metadata.get("snapshot_id"),
+        "wal_lsn": metadata.get("lsn"),
+        "taken_at": metadata.get("taken_at"),
+        "row_count": metadata.get("rows"),
+    }
+
+
 def record_snapshot(conn: psycopg.Connection, run_id: str, table: str, metadata: Mapping[str, Any]) -> None:
     """Store (or replace) the snapshot metadata of this run and table.
 

@@ -176,20 +176,7 @@ def seal_offsets(table_name: str, run_id: str, timeout: float = 300.0) -> dict[s
         raise RunFailed(f"{table.name}: no snapshot of run {run_id!r} under {snapshot_path}; snapshot_source must run")
     bootstrap = bootstrap_servers()
     with state_connection() as conn:
-        checkpoints.record_snapshot(
-            conn,
-            run_id,
-            table.name,
-            {
-                "xmin": metadata["xmin"],
-                "xmax": metadata["xmax"],
-                "xip": metadata["xip"],
-                "snapshot_id": metadata.get("snapshot_id"),
-                "wal_lsn": metadata.get("lsn"),
-                "taken_at": metadata.get("taken_at"),
-                "row_count": metadata.get("rows"),
-            },
-        )
+        checkpoints.record_snapshot(conn, run_id, table.name, checkpoints.snapshot_fields(metadata))
         sealed = checkpoints.seal_offsets(
             conn,
             bootstrap=bootstrap,

@@ -162,20 +162,7 @@ def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, wate
         checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
         result = take_snapshot(spark, config, table, lake, run_id, partitions=2)
         meta = result.metadata
-        checkpoints.record_snapshot(
-            conn,
-            run_id,
-            table.name,
-            {
-                "xmin": meta["xmin"],
-                "xmax": meta["xmax"],
-                "xip": meta["xip"],
-                "snapshot_id": meta["snapshot_id"],
-                "wal_lsn": meta["lsn"],
-                "taken_at": meta["taken_at"],
-                "row_count": result.rows,
-            },
-        )
+        checkpoints.record_snapshot(conn, run_id, table.name, checkpoints.snapshot_fields(meta))
         sealed = checkpoints.seal_offsets(
             conn,
             bootstrap=bootstrap,
