@@ -362,7 +362,7 @@ def _key_text(key: Sequence[str]):
     return F.to_json(F.struct(*(F.col(k) for k in key)))
 
 
-def unrepresentable_values(spark: SparkSession, counts: dict[str, int]) -> DataFrame:
+def source_values_dataset(spark: SparkSession, counts: dict[str, int]) -> DataFrame:
     """The suite's ``source_values`` dataset: one row per value the lake cannot hold, named by its column."""
     per_column = spark.createDataFrame(list(counts.items()), f"{UNREPRESENTABLE_COLUMN} string, n long")
     return per_column.select(UNREPRESENTABLE_COLUMN, F.explode(F.sequence(F.lit(1), F.col("n")))).select(
@@ -414,7 +414,7 @@ def validate(
             "lake_table": table,
             "changelog": changes,
             "differences": differences,
-            "source_values": unrepresentable_values(spark, unrepresentable),
+            "source_values": source_values_dataset(spark, unrepresentable),
         },
         table=lake.name,
         run_id=run_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_reconcile.compaction import CDC_COLUMNS
-from cdc_reconcile.pipeline import unrepresentable_values
+from cdc_reconcile.pipeline import source_values_dataset
 from cdc_reconcile.suite import data_docs_index, describe, run_suite
 
 KEY = ["order_id", "line_no"]
@@ -41,7 +41,7 @@ def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None)
         "lake_table": table,
         "changelog": spark.createDataFrame(changelog_rows, CHANGELOG_SCHEMA),
         "differences": spark.createDataFrame(diff_rows, DIFF_SCHEMA),
-        "source_values": unrepresentable_values(spark, unrepresentable or {}),
+        "source_values": source_values_dataset(spark, unrepresentable or {}),
     }
 
 
