@@ -152,20 +152,27 @@ def _resolve(root: Path, name: str) -> Path | None:
 
 
 def _recover(root: Path) -> None:
-    """Finish what a crashed swap left: put a set-aside copy back if nothing replaced it, else drop it."""
+    """Finish what a killed writer left, before the next write of the dataset.
+
+    A set-aside copy goes back if nothing replaced it, else it is dropped; a half-written stage is
+    dropped (a ``kill -9`` skips the writer's own clean-up, and with one writer per dataset no other
+    write can be using it).
+    """
     staging = root / STAGING
     if not staging.is_dir():
         return
     for entry in sorted(staging.iterdir()):
-        if _DELETING in entry.name:
-            shutil.rmtree(entry, ignore_errors=True)
-        elif _BACKUP in entry.name:
+        if _BACKUP in entry.name and _DELETING not in entry.name:
             target = root / entry.name.split(_BACKUP, 1)[0]
             if target.exists():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 os.rename(entry, target)
                 _fsync_dir(root)
+        elif entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _swap_in(stage: Path, target: Path, root: Path) -> None:

@@ -166,6 +166,25 @@ def test_crash_in_the_middle_of_replacing_the_live_version(spark, tmp_path, monk
     assert not list((path / "_staging").iterdir())
 
 
+def test_next_write_removes_the_stage_of_a_killed_writer(spark, tmp_path):
+    """``kill -9`` mid-write skips the writer's clean-up; its half-written stage must not pile up."""
+    table, events = tmp_path / "table", tmp_path / "events"
+    storage.publish(frame(spark, rows(3)), table, "run-1", sort_by=KEY)
+    storage.replace_partition(frame(spark, rows(3)), events, "0-3", sort_by=KEY)
+    for stage in (table / "_staging" / "run-2-0f0f", events / "_staging" / "range=3-9-0f0f"):
+        (stage / "_temporary" / "0").mkdir(parents=True)
+        (stage / "_temporary" / "0" / "part-00000-attempt.snappy.parquet").write_bytes(b"PAR1 torn")
+
+    assert storage.list_partitions(events) == ["0-3"]
+    storage.publish(frame(spark, rows(5)), table, "run-2", sort_by=KEY)
+    storage.replace_partition(frame(spark, rows(5)), events, "3-9", sort_by=KEY)
+
+    assert not list((table / "_staging").iterdir())
+    assert not list((events / "_staging").iterdir())
+    assertDataFrameEqual(storage.read_current(spark, table), frame(spark, rows(5)))
+    assert storage.list_partitions(events) == ["0-3", "3-9"]
+
+
 def test_replace_partition_twice_keeps_one_copy(spark, tmp_path):
     path = tmp_path / "events"
     assert storage.read_partitions(spark, path) is None
