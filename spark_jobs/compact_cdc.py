@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the range is the whole topic: fold the table from it alone (true/false)",
     )
     parser.add_argument("--decimal-handling-mode", default="precise", choices=["precise", "string", "double"])
+    parser.add_argument(
+        "--kafka-timeout", type=float, default=60.0, help="seconds to wait for the broker before giving up"
+    )
     return parser.parse_args(argv)
 
 
@@ -55,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("error: give --state-dsn or both --starting-offsets and --ending-offsets", file=sys.stderr)
         return 2
+    try:  # an unreachable broker gets one line naming it, not Spark's stack trace a minute later
+        checkpoints.list_partitions(args.bootstrap_servers, table.topic, timeout=args.kafka_timeout)
+    except checkpoints.CheckpointError as exc:
+        print(f"error: compact_cdc for {table.name}: {exc}", file=sys.stderr)
+        return 3
     spark = build_session(f"compact_cdc:{table.name}")
     try:
         summary = compact(
