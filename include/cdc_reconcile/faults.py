@@ -1,10 +1,10 @@
 """Fault scenarios on the embedded stack, each checked against counts the pipeline did not take.
 
 Per scenario the runner starts from a known state (the previous run was clean, or a fresh stack),
-injects one real fault (a killed process, a killed replication connection, changes Debezium never
-saw, a re-run task), lets the stack recover, runs the reconciliation DAG (``airflow dags test``) and
-compares what the suite found with an *independent* count: PostgreSQL read with psycopg, Kafka read
-with a plain consumer in this module, the lake table read with pyarrow. No pipeline code takes part
+injects one real fault (a killed Connect worker, Spark job or broker, a killed replication connection,
+changes Debezium never saw, a re-run task), lets the stack recover, runs the reconciliation DAG
+(``airflow dags test``) and compares what the suite found with an *independent* count: PostgreSQL read
+with psycopg, Kafka read with a plain consumer, the lake table read with pyarrow. No pipeline code takes part
 in the independent side, so a bug shared by the pipeline and its checker cannot hide.
 
 Used by ``tests/integration/test_faults.py`` and by the ``cdc-faults`` command (``scripts/faults.sh``).
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -38,6 +40,7 @@ from .stack.airflow import airflow_environment, venv_bin
 from .stack.config import REPO_ROOT
 from .stack.connect import connector_config
 from .stack.dag_runs import DAG_ID, DagRunResult, run_dag
+from .stack.topics import read_topic, unwrap
 
 TABLE = "public.customers"
 COLUMNS = ("id", "name", "email", "balance")
@@ -69,59 +72,13 @@ class RawRecord:
     value: Any
 
 
-def _unwrap(document: Any) -> Any:
-    if isinstance(document, dict) and set(document) == {"schema", "payload"}:
-        return document["payload"]
-    return document
-
-
 def consume(bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 120) -> list[RawRecord]:
-    """Every record of ``topic`` to its current end, read by this module's own consumer."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"cdc-faults-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "auto.offset.reset": "earliest",
-            "log_level": 0,
-        }
-    )
+    """Every record of ``topic`` to its current end, read by a plain consumer (``stack.topics``, no Spark)."""
     try:
-        metadata = consumer.list_topics(topic, timeout=15)
-        if topic not in metadata.topics or metadata.topics[topic].error is not None:
-            return []
-        partitions = sorted(metadata.topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        pending, records = set(partitions), []
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise StackError(f"reading {topic}: partitions {sorted(pending)} not at their end after {timeout:.0f}s")
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(message.partition())
-                    continue
-                raise StackError(f"reading {topic}: {message.error()}")
-            key = message.key()
-            value = message.value()
-            records.append(
-                RawRecord(
-                    message.partition(),
-                    message.offset(),
-                    _unwrap(json.loads(key)) if key is not None else None,
-                    json.loads(value) if value is not None else None,
-                )
-            )
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        consumer.close()
+        records = read_topic(bootstrap, topic, isolation=isolation, timeout=timeout)
+    except (TimeoutError, RuntimeError) as exc:
+        raise StackError(str(exc)) from exc
+    return [RawRecord(r.partition, r.offset, r.key_payload, r.value) for r in records]
 
 
 def topic_offsets(bootstrap: str, topic: str) -> dict[str, dict[int, int]]:
@@ -174,7 +131,7 @@ def fold(
     """The table Kafka describes: ``start`` with every change in ``[from, to)`` applied in offset order."""
     state = dict(start)
     for record in records:
-        payload = _unwrap(record.value)
+        payload = unwrap(record.value)
         if (
             not payload
             or payload.get("op") not in ("c", "u", "d", "r")
@@ -209,7 +166,7 @@ def duplicates(records: Iterable[RawRecord], start: Mapping[int, int], end: Mapp
     first_round: dict[str, Any] = {}
     counts = {"redelivery": 0, "snapshot_rerun": 0}
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
-        payload = _unwrap(record.value)
+        payload = unwrap(record.value)
         if (
             record.offset >= end.get(record.partition, 0)
             or not payload
@@ -252,6 +209,17 @@ def lake_rows(lake_root: Path, table: str = TABLE) -> dict[Any, Row] | None:
             None if balance is None else Decimal(balance).quantize(Decimal("0.01")),
         )
     return rows
+
+
+def event_positions(events_root: Path) -> list[tuple[int, int]]:
+    """(partition, offset) of every row in every published ``range=`` folder of an events dataset."""
+    import pyarrow.parquet as pq
+
+    positions: list[tuple[int, int]] = []
+    for folder in sorted(events_root.glob("range=*")):
+        data = pq.read_table(folder, columns=["partition", "offset"]).to_pydict()
+        positions.extend(zip(data["partition"], data["offset"], strict=True))
+    return positions
 
 
 def parquet_digest(path: Path) -> str:
@@ -308,6 +276,7 @@ class ScenarioResult:
     false_alarms: int | None = None
     missed: int | None = None
     second_run_clean: bool | None = None
+    checks: dict[str, bool] = field(default_factory=dict)
     run_ids: list[str] = field(default_factory=list)
     run_states: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -319,6 +288,7 @@ class ScenarioResult:
         """Detected equals the independent count, repaired, clean afterwards, nothing lost, no false alarm."""
         return (
             self.error is None
+            and all(self.checks.values())
             and self.detected == self.independent
             and self.repaired_ok is not False
             and self.second_run_clean is not False
@@ -453,10 +423,15 @@ class FaultRunner:
         result: ScenarioResult,
         *,
         independent_of: Callable[[str], dict[str, int]],
+        during: Callable[[threading.Thread], None] | None = None,
         **params: Any,
-    ) -> None:
-        """Run the DAG (detect, repair), count independently, check the lake, run again (must be clean)."""
-        first = self.dag(f"{result.scenario}-1", **params)
+    ) -> DagRunResult:
+        """Run the DAG (detect, repair), count independently, check the lake, run again (must be clean).
+
+        ``during`` runs beside the first DAG run (which it gets as a thread) to inject a fault into it.
+        Returns the first run.
+        """
+        first = self._dag_during(f"{result.scenario}-1", during, **params)
         result.run_ids.append(first.run_id)
         result.run_states.append(first.state)
         before = self.outcome(first.run_id, run_state.BEFORE_REPAIR)
@@ -488,6 +463,28 @@ class FaultRunner:
         if result.second_run_clean:
             self.last_clean_run = second.run_id
         self._check_lake(result)
+        return first
+
+    def _dag_during(self, label: str, during: Callable[[threading.Thread], None] | None, **params: Any) -> DagRunResult:
+        if during is None:
+            return self.dag(label, **params)
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["run"] = self.dag(label, **params)
+            except BaseException as exc:  # re-raised below, in the runner's thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=run, name=f"dag-{label}", daemon=True)
+        thread.start()
+        try:
+            during(thread)
+        finally:
+            thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["run"]
 
     def _check_lake(self, result: ScenarioResult) -> None:
         source = source_rows(self.config.pg_dsn)
@@ -520,6 +517,107 @@ class FaultRunner:
     def _progress(self, rows: int, timeout: float = 120) -> None:
         before = self._max_id()
         self.wait(lambda: self._max_id() >= before + rows, timeout=timeout, what=f"loader progress of {rows} rows")
+
+    def _spark_job_pids(self, job: str) -> list[int]:
+        """This stack's processes of ``spark_jobs/<job>.py``: the spark-submit JVM and its Python driver.
+
+        Matched on the job's path and this stack's lake root in the command line, so a Spark job of
+        another stack on the same machine is never touched.
+        """
+        script, lake = f"spark_jobs/{job}.py".encode(), str(self.config.lake_root).encode()
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(a.endswith(script) for a in argv) and lake in argv:
+                found.append(int(proc.name))
+        return found
+
+    def _stages(self) -> list[Path]:
+        """Half-written dataset folders of the table: what a killed writer leaves under ``_staging``."""
+        base = self.config.lake_root / TABLE
+        return sorted(p for p in base.glob("*/_staging/*") if ".replaced-" not in p.name)
+
+    def _kill_spark_job_mid_write(self, job: str, dag: threading.Thread) -> dict[str, Any]:
+        """``kill -9`` ``job`` once it has a dataset folder half-written; returns what was killed where."""
+
+        def writing() -> tuple[list[int], list[Path]] | None:
+            if not dag.is_alive():
+                raise StackError(f"the DAG run ended before {job} was caught writing")
+            pids = self._spark_job_pids(job)
+            stages = [p for p in self._stages() if any(p.rglob("*"))] if pids else []
+            return (pids, stages) if stages else None
+
+        pids, stages = self.wait(writing, timeout=1200, what=f"{job} writing a dataset", interval=0.05)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.wait(lambda: not set(pids) & set(self._spark_job_pids(job)), timeout=30, what=f"{job} gone")
+        written = [str(p.relative_to(self.config.lake_root)) for p in stages]
+        self.log(f"  killed {job} (pids {pids}) while writing {written}")
+        return {"pids": pids, "writing": written}
+
+    def _restart_broker(self, until: Callable[[], bool] | None = None, *, longest: float = 60) -> float:
+        """``kill -9`` the Kafka broker, start it again once ``until()`` holds (or ``longest`` s have passed).
+
+        Returns the seconds it was down.
+        """
+        began = time.monotonic()
+        self.stack.kafka.kill()
+        if until is not None:
+            with contextlib.suppress(StackError):
+                self.wait(until, timeout=longest, what="the moment to start the broker again", interval=0.5)
+        self.stack.kafka.start(timeout=180)
+        down = time.monotonic() - began
+        self.log(f"  broker killed and back after {down:.0f}s")
+        return down
+
+    def _redeliver(self, count: int) -> int:
+        """Write the topic's last ``count`` committed change events again (same key and value): a redelivery.
+
+        Tombstones are left out: they carry no change, so no count would include them.
+        """
+        from confluent_kafka import Producer
+
+        changes = [r for r in read_topic(self.config.bootstrap_servers, self.topic) if r.payload]
+        records = changes[-count:]
+        producer = Producer({"bootstrap.servers": self.config.bootstrap_servers, "acks": "all", "log_level": 0})
+        for record in records:
+            producer.produce(
+                self.topic,
+                key=None if record.key is None else json.dumps(record.key).encode(),
+                value=None if record.value is None else json.dumps(record.value).encode(),
+                partition=record.partition,
+            )
+        if producer.flush(60):
+            raise StackError(f"redelivering {count} records to {self.topic}: not all acknowledged within 60s")
+        return len(records)
+
+    def _events_match_kafka(self, run_id: str) -> dict[str, int]:
+        """The run's bronze events against Kafka: each committed record of the range exactly once.
+
+        Read with pyarrow from the ``events`` partitions (any attempt's leftovers included), so a
+        second copy appended by a retried task, or a record lost by it, shows up.
+        """
+        start, end = self.range_of(run_id)
+        positions = event_positions(self.config.lake_root / TABLE / "events")
+        in_range = [(p, o) for p, o in positions if start.get(p, 0) <= o < end.get(p, 0)]
+        expected = {
+            (r.partition, r.offset)
+            for r in consume(self.config.bootstrap_servers, self.topic)
+            if start.get(r.partition, 0) <= r.offset < end.get(r.partition, 0)
+        }
+        copies = Counter(in_range)
+        return {
+            "kafka_records": len(expected),
+            "events_rows": len(in_range),
+            "extra_copies": sum(n - 1 for n in copies.values() if n > 1) + sum(1 for k in copies if k not in expected),
+            "absent": sum(1 for k in expected if k not in copies),
+        }
 
     # scenarios
 
@@ -584,9 +682,9 @@ class FaultRunner:
 
         def rounds() -> Counter | None:
             found = Counter(
-                _unwrap(r.value)["source"]["txId"]
+                unwrap(r.value)["source"]["txId"]
                 for r in consume(self.config.bootstrap_servers, self.topic)
-                if _unwrap(r.value) and _unwrap(r.value).get("op") == "r"
+                if unwrap(r.value) and unwrap(r.value).get("op") == "r"
             )
             return found if found and max(found.values()) >= rows else None
 
@@ -765,6 +863,92 @@ class FaultRunner:
         result.seconds = round(time.monotonic() - began, 1)
         return result
 
+    def spark_kill(self) -> ScenarioResult:
+        """6: the compaction's Spark job ``kill -9``-ed while it writes a dataset; Airflow retries the task.
+
+        The range holds redelivered records too, so the retried compaction must still find each once.
+        """
+        result = ScenarioResult("spark_kill", "6. Spark job kill -9 mid-write, task retried")
+        self.ensure_baseline()
+        start_state, start_offsets = self._begin()
+        stop = threading.Event()
+        loader = self._loader(stop, rate=150, seed=19)
+        try:
+            self._progress(600)
+        finally:
+            stop.set()
+            loader.join(timeout=60)
+        self._settle()
+        redelivered = self._redeliver(40)
+        killed: dict[str, Any] = {}
+        first = self._measure(
+            result,
+            independent_of=lambda run_id: self._independent(run_id, start_state, start_offsets),
+            during=lambda dag: killed.update(self._kill_spark_job_mid_write("compact_cdc", dag)),
+        )
+        tries = first.tries.get(f"{GROUP}.compact_cdc[0]", 0)
+        events = self._events_match_kafka(first.run_id)
+        leftovers = self._stages()
+        result.injected = {"spark_jobs_killed": 1, "redelivered_records": redelivered}
+        result.checks = {
+            "task retried": tries >= 2,
+            "each record of the range once in events": events["extra_copies"] == 0 and events["absent"] == 0,
+            "no half-written folder left": not leftovers,
+        }
+        result.notes.append(
+            f"killed compact_cdc while writing {killed.get('writing')}; tries {tries}; events {events}; "
+            f"staging leftovers {[str(p) for p in leftovers]}"
+        )
+        return result
+
+    def broker_restart(self) -> ScenarioResult:
+        """8: the Kafka broker ``kill -9``-ed and started again, while Debezium streams and during compaction."""
+        result = ScenarioResult("broker_restart", "8. Kafka broker restarted while streaming and mid-run")
+        self.ensure_baseline()
+        connect, name = self.stack.connect, self.config.connector_name
+        start_state, start_offsets = self._begin()
+        stop = threading.Event()
+        loader = self._loader(stop, rate=150, seed=23)
+        downtime: list[float] = []
+        try:
+            self._progress(300)
+            downtime.append(self._restart_broker())
+            connect.wait_connector_running(name, timeout=300)
+            self._progress(300, timeout=300)
+        finally:
+            stop.set()
+            loader.join(timeout=60)
+        self._settle(timeout=300)
+
+        def restart_during_compaction(dag: threading.Thread) -> None:
+            def compacting() -> bool:
+                if not dag.is_alive():
+                    raise StackError("the DAG run ended before compact_cdc started")
+                return bool(self._spark_job_pids("compact_cdc"))
+
+            self.wait(compacting, timeout=1200, what="compact_cdc started", interval=0.2)
+            # down while the job connects and reads: until it gives up (then Airflow retries it) or 60 s
+            downtime.append(self._restart_broker(until=lambda: not self._spark_job_pids("compact_cdc")))
+
+        first = self._measure(
+            result,
+            independent_of=lambda run_id: self._independent(run_id, start_state, start_offsets),
+            during=restart_during_compaction,
+        )
+        events = self._events_match_kafka(first.run_id)
+        status = connect.connector_status(name) or {}
+        tasks = [t.get("state") for t in status.get("tasks", [])]
+        result.injected = {"broker_restarts": len(downtime)}
+        result.checks = {
+            "each record of the range once in events": events["extra_copies"] == 0 and events["absent"] == 0,
+            "connector still running": status.get("connector", {}).get("state") == "RUNNING" and tasks == ["RUNNING"],
+        }
+        result.notes.append(
+            f"broker down {[round(d) for d in downtime]} s; compact_cdc tries "
+            f"{first.tries.get(f'{GROUP}.compact_cdc[0]')}; events {events}; connector tasks {tasks}"
+        )
+        return result
+
 
 def _in(record: RawRecord, start: Mapping[int, int]) -> bool:
     return record.offset >= start.get(record.partition, 0)
@@ -776,13 +960,10 @@ SCENARIOS: dict[str, str] = {
     "lost_events": "5",
     "redelivery_eos_off": "3",
     "task_rerun": "7",
+    "spark_kill": "6",
+    "broker_restart": "8",
     "replication_kill": "1",
     "aborted_eos_on": "4",
-}
-NOT_IMPLEMENTED = {
-    "6": "Spark job killed mid-write, then the task retried",
-    "8": "Kafka broker restarted mid-run",
-    "bad inputs": "malformed JSON, unknown table, schema change, NULLs, unicode, TOAST, numeric edges, 10 MB value",
 }
 
 
@@ -843,6 +1024,7 @@ def markdown(results: list[ScenarioResult]) -> str:
             f"{repaired} | {r.rows_lost if r.rows_lost is not None else '-'} | "
             f"{r.false_alarms if r.false_alarms is not None else '-'} | {clean} | {r.seconds:.0f} |"
             + (f" error: {r.error}" if r.error else "")
+            + "".join(f" failed check: {name} ❌" for name, ok in r.checks.items() if not ok)
         )
     return "\n".join(lines) + "\n"
 
@@ -854,7 +1036,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--scenario", default="all", help=f"all, or a comma-separated subset of {', '.join(SCENARIOS)}")
     run.add_argument("--repeat", type=int, default=1, help="repetitions, each on a fresh stack")
     run.add_argument("--out", type=Path, default=Path("test-artifacts/faults"), help="folder for JSON and Markdown")
-    sub.add_parser("list", help="the scenarios and what is not implemented")
+    run.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="repetitions run at once, each on its own stack: ports shifted by 1000 per repetition, "
+        "run folder .run/faults-<n>, log <out>/<stamp>-rep<n>.log",
+    )
+    run.add_argument("--first-repetition", type=int, default=1, help=argparse.SUPPRESS)
+    run.add_argument("--stamp", default=None, help=argparse.SUPPRESS)
+    sub.add_parser("list", help="the scenarios")
     report = sub.add_parser("report", help="the Markdown matrix from a run's JSON file or its printed log")
     report.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args(argv)
@@ -864,29 +1055,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         for name, number in SCENARIOS.items():
             print(f"{number}  {name}")
-        for number, what in NOT_IMPLEMENTED.items():
-            print(f"{number}  (not implemented) {what}")
+        print("bad inputs: tests/integration/test_bad_inputs.py (one table, its own connector)")
         return 0
     names = list(SCENARIOS) if args.scenario == "all" else [n.strip() for n in args.scenario.split(",")]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)} or all")
     names = [n for n in SCENARIOS if n in names]  # the order the scenarios need
+    if args.repeat < 1 or args.parallel < 1:
+        parser.error("--repeat and --parallel must be at least 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = args.stamp or time.strftime("%Y%m%dT%H%M%S")
+    if args.parallel > 1 and args.repeat > 1:
+        return _run_in_parallel(names, args.repeat, args.parallel, args.out, stamp)
     for key, value in RUNNER_ENV.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("CDC_RUN_DIR", str(REPO_ROOT / ".run" / "faults"))
     os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
     results: list[ScenarioResult] = []
 
     def save() -> None:
-        document = {"machine": _machine(), "results": [{**asdict(r), "passed": r.passed} for r in results]}
-        (args.out / f"{stamp}.json").write_text(json.dumps(document, indent=2, default=str))
-        (args.out / f"{stamp}.md").write_text(markdown(results))
-        (args.out / "latest.md").write_text(markdown(results))
+        save_results(args.out, stamp, results)
 
-    for repetition in range(1, args.repeat + 1):
+    for repetition in range(args.first_repetition, args.first_repetition + args.repeat):
         runner = FaultRunner(
             StackConfig(), log=lambda m: print(f"[faults {time.strftime('%H:%M:%S')}] {m}", flush=True)
         )
@@ -903,6 +1094,63 @@ def main(argv: list[str] | None = None) -> int:
     save()
     print(markdown(results))
     print(f"results: {args.out / (stamp + '.json')}")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def save_results(out: Path, stamp: str, results: list[ScenarioResult], **about: Any) -> None:
+    """``<stamp>.json`` (records, the machine, ``about``), ``<stamp>.md`` and ``latest.md`` (the matrix)."""
+    records = [{**asdict(r), "passed": r.passed} for r in results]
+    document = {"machine": _machine(), **about, "results": records}
+    (out / f"{stamp}.json").write_text(json.dumps(document, indent=2, default=str))
+    (out / f"{stamp}.md").write_text(markdown(results))
+    (out / "latest.md").write_text(markdown(results))
+
+
+def repetition_environment(repetition: int) -> dict[str, str]:
+    """Ports and run folder of repetition ``repetition`` when several run at once: base + 1000 per repetition."""
+    shift = 1000 * (repetition - 1)
+    env = {key: str(int(os.environ.get(key, value)) + shift) for key, value in RUNNER_ENV.items()}
+    base = Path(os.environ.get("CDC_RUN_DIR", str(REPO_ROOT / ".run" / "faults")))
+    env["CDC_RUN_DIR"] = str(base if repetition == 1 else base.with_name(f"{base.name}-{repetition}"))
+    env["CDC_AIRFLOW_SCHEDULES"] = "off"
+    return env
+
+
+def _run_in_parallel(names: list[str], repeat: int, parallel: int, out: Path, stamp: str) -> int:
+    """Each repetition in a child ``cdc-faults run`` on its own stack, ``parallel`` at a time; one merged matrix."""
+    log = lambda m: print(f"[faults {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
+    waiting, running = list(range(1, repeat + 1)), {}
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            repetition = waiting.pop(0)
+            part = f"{stamp}-rep{repetition}"
+            argv = [sys.executable, "-m", "cdc_reconcile.faults", "run", "--scenario", ",".join(names)]
+            argv += ["--repeat", "1", "--first-repetition", str(repetition), "--out", str(out), "--stamp", part]
+            with (out / f"{part}.log").open("w") as child_log:
+                child = subprocess.Popen(
+                    argv,
+                    env={**os.environ, **repetition_environment(repetition)},
+                    stdout=child_log,
+                    stderr=subprocess.STDOUT,
+                )
+            running[repetition] = child
+            log(f"repetition {repetition}: pid {child.pid}, log {out / (part + '.log')}")
+        for repetition, child in list(running.items()):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+            if child.returncode is not None:
+                log(f"repetition {repetition}: exit {child.returncode}")
+                del running[repetition]
+    results: list[ScenarioResult] = []
+    for repetition in range(1, repeat + 1):
+        part = out / f"{stamp}-rep{repetition}.json"
+        if part.exists():
+            results.extend(load_results(part))
+        else:
+            results.append(ScenarioResult("stack", "stack", repetition=repetition, error=f"no results: see {part}"))
+    save_results(out, stamp, results, parallel=parallel)
+    print(markdown(results))
+    print(f"results: {out / (stamp + '.json')}")
     return 0 if all(r.passed for r in results) else 1
 
 

@@ -76,6 +76,7 @@ def assert_outcome(result: ScenarioResult) -> None:
     assert result.second_run_clean is not False, result.run_states
     assert result.rows_lost == 0, f"{result.rows_lost} committed source rows missing from the lake table"
     assert result.lake_mismatches == 0, f"{result.lake_mismatches} lake rows differ from the source"
+    assert all(result.checks.values()), (result.checks, result.notes)
 
 
 def test_worker_killed_during_the_initial_snapshot(runner, artifacts):
@@ -99,6 +100,20 @@ def test_worker_killed_while_streaming_without_exactly_once(runner, artifacts):
 def test_compact_task_rerun_for_the_same_run_changes_nothing(runner, artifacts):
     result = run(runner, "task_rerun", artifacts)
     assert result.detected == {"changed_files": 0}, result.notes
+    assert_outcome(result)
+
+
+def test_spark_job_killed_mid_write_then_retried(runner, artifacts):
+    result = run(runner, "spark_kill", artifacts)
+    assert result.injected["redelivered_records"] == result.independent["redelivery"] > 0, result.injected
+    assert result.checks and all(result.checks.values()), result.notes
+    assert_outcome(result)
+
+
+def test_broker_restarted_while_streaming_and_during_compaction(runner, artifacts):
+    result = run(runner, "broker_restart", artifacts)
+    assert result.injected["broker_restarts"] == 2, result.notes
+    assert result.checks and all(result.checks.values()), result.notes
     assert_outcome(result)
 
 

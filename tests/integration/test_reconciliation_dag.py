@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from cdc_reconcile import checkpoints, run_state, storage
+from cdc_reconcile.faults import consume, duplicates
 from cdc_reconcile.loader import run_loader
 from cdc_reconcile.stack.connect import Connect
 from cdc_reconcile.stack.dag_runs import DagRunResult, run_dag
@@ -95,26 +96,8 @@ def outcome(config, run_id: str, attempt: int) -> dict:
 def independent_duplicates(config, run_id: str) -> dict[str, int]:
     """Duplicates in the run's offset range, by cause, counted from the raw topic with a plain consumer."""
     with checkpoints.connect(config.pg_dsn) as conn:
-        start = checkpoints.get_range(conn, run_id, TABLE).start
-        end = checkpoints.get_range(conn, run_id, TABLE).end
-    seen, first_round = set(), {}
-    counts = {"redelivery": 0, "snapshot_rerun": 0}
-    for record in sorted(
-        read_topic(config.bootstrap_servers, TOPIC, timeout=30), key=lambda r: (r.partition, r.offset)
-    ):
-        payload = record.payload
-        if record.offset >= end[record.partition] or not payload or payload.get("op") not in ("c", "u", "d", "r"):
-            continue
-        in_range = record.offset >= start[record.partition]
-        key = json.dumps(record.key, sort_keys=True)
-        identity = (key, payload["op"], payload["source"]["txId"], payload["source"]["lsn"])
-        if identity in seen:
-            counts["redelivery"] += in_range
-            continue
-        seen.add(identity)
-        if payload["op"] == "r" and first_round.setdefault(key, payload["source"]["txId"]) != payload["source"]["txId"]:
-            counts["snapshot_rerun"] += in_range
-    return counts
+        sealed = checkpoints.get_range(conn, run_id, TABLE)
+    return duplicates(consume(config.bootstrap_servers, TOPIC, timeout=30), sealed.start, sealed.end)
 
 
 def lake_rows(spark, config) -> set[tuple]:

@@ -6,15 +6,18 @@ import base64
 from decimal import Decimal
 
 from cdc_reconcile.faults import (
+    RUNNER_ENV,
     RawRecord,
     ScenarioResult,
     compare,
     decode_decimal,
     differences,
     duplicates,
+    event_positions,
     fold,
     markdown,
     parquet_digest,
+    repetition_environment,
 )
 
 
@@ -92,6 +95,30 @@ def test_markdown_marks_a_detection_that_differs_from_the_independent_count():
     assert good.passed and not bad.passed
 
 
+def test_a_failed_check_fails_the_scenario_and_is_named_in_the_matrix():
+    result = ScenarioResult("spark_kill", "6. S", detected={"redelivery": 4}, independent={"redelivery": 4})
+    result.repaired, result.repaired_ok, result.rows_lost, result.lake_mismatches = {"redelivery": 4}, True, 0, 0
+    result.false_alarms, result.second_run_clean = 0, True
+    result.checks = {"task retried": True, "no half-written folder left": True}
+    assert result.passed
+    result.checks["no half-written folder left"] = False
+    assert not result.passed
+    assert "failed check: no half-written folder left ❌" in markdown([result])
+    assert "task retried" not in markdown([result])
+
+
+def test_event_positions_read_published_ranges_only(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ranges = {"range=a": [(0, 5), (0, 6)], "range=b": [(0, 7), (1, 0)], "_staging/range=b-x": [(0, 7)]}
+    for folder, rows in ranges.items():
+        (tmp_path / folder).mkdir(parents=True)
+        table = pa.table({"partition": [p for p, _ in rows], "offset": [o for _, o in rows], "v": ["x"] * len(rows)})
+        pq.write_table(table, tmp_path / folder / "part-00000.parquet")
+    assert sorted(event_positions(tmp_path)) == [(0, 5), (0, 6), (0, 7), (1, 0)]
+
+
 def test_parquet_digest_follows_the_data_and_ignores_nothing_else_a_writer_repeats(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -105,3 +132,14 @@ def test_parquet_digest_follows_the_data_and_ignores_nothing_else_a_writer_repea
     assert digests["first"] == digests["again"]
     assert digests["changed"] != digests["first"]
     assert parquet_digest(tmp_path / "other_schema.parquet") != digests["first"]
+
+
+def test_parallel_repetitions_get_their_own_ports_and_run_folders(monkeypatch):
+    for key in (*RUNNER_ENV, "CDC_RUN_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    first, third = repetition_environment(1), repetition_environment(3)
+    assert {k: first[k] for k in RUNNER_ENV} == RUNNER_ENV
+    assert third["CDC_PG_PORT"] == "57492" and third["CDC_KAFKA_PORT"] == "61152"
+    assert first["CDC_RUN_DIR"].endswith("/.run/faults") and third["CDC_RUN_DIR"].endswith("/.run/faults-3")
+    ports = [int(env[k]) for env in (first, repetition_environment(2), third) for k in RUNNER_ENV]
+    assert len(set(ports)) == len(ports)

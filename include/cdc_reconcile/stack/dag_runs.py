@@ -25,11 +25,12 @@ DAG_ID = "cdc_reconciliation"
 
 @dataclass
 class DagRunResult:
-    """One finished DAG run: its id and state, each task's state, and where its log is."""
+    """One finished DAG run: its id and state, each task's state and tries, and where its log is."""
 
     run_id: str
     state: str
     tasks: dict[str, str] = field(default_factory=dict)
+    tries: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     log: Path | None = None
 
@@ -76,11 +77,16 @@ def run_dag(
         if row is None:
             raise StackError(f"no run of {DAG_ID} was recorded; see {log}")
         run_id, state = row
-        tasks = {
-            (task_id if map_index < 0 else f"{task_id}[{map_index}]"): task_state
-            for task_id, map_index, task_state in conn.execute(
-                "SELECT task_id, map_index, state FROM task_instance WHERE dag_id = %s AND run_id = %s",
-                (DAG_ID, run_id),
-            ).fetchall()
-        }
-    return DagRunResult(run_id=run_id, state=state, tasks=tasks, seconds=round(seconds, 1), log=log)
+        instances = conn.execute(
+            "SELECT task_id, map_index, state, try_number FROM task_instance WHERE dag_id = %s AND run_id = %s",
+            (DAG_ID, run_id),
+        ).fetchall()
+    name = {(t, i): t if i < 0 else f"{t}[{i}]" for t, i, _, _ in instances}
+    return DagRunResult(
+        run_id=run_id,
+        state=state,
+        tasks={name[t, i]: task_state for t, i, task_state, _ in instances},
+        tries={name[t, i]: tries for t, i, _, tries in instances},
+        seconds=round(seconds, 1),
+        log=log,
+    )

@@ -160,3 +160,7 @@ class Kafka:
 
     def stop(self, timeout: float = 60) -> bool:
         return self.process.stop(timeout=timeout)
+
+    def kill(self) -> None:
+        """``kill -9`` the broker: the crash fault scenario 8 injects."""
+        self.process.kill()
