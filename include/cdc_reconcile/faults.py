@@ -1006,6 +1006,24 @@ def _figures(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in shown.items()) or "none"
 
 
+def _cells(r: ScenarioResult) -> dict[str, str]:
+    """One result's figures as the matrix shows them; a ❌ marks what fails the scenario."""
+    repaired = _figures(r.repaired) if r.repaired_ok is not None else "n/a"
+    if r.repaired_ok is False:
+        repaired += " ❌"
+    return {
+        "injected": _figures(r.injected),
+        "detected": _figures(r.detected) + ("" if r.detected == r.independent else " ❌"),
+        "independent": _figures(r.independent),
+        "repaired": repaired,
+        "lost": "-" if r.rows_lost is None else str(r.rows_lost),
+        "false_alarms": "-" if r.false_alarms is None else str(r.false_alarms),
+        "clean": {True: "yes", False: "no ❌", None: "n/a"}[r.second_run_clean],
+        "problems": (f" error: {r.error}" if r.error else "")
+        + "".join(f" failed check: {name} ❌" for name, ok in r.checks.items() if not ok),
+    }
+
+
 def markdown(results: list[ScenarioResult]) -> str:
     """The fault matrix: one line per scenario and repetition."""
     lines = [
@@ -1014,17 +1032,38 @@ def markdown(results: list[ScenarioResult]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        repaired = _figures(r.repaired) if r.repaired_ok is not None else "n/a"
-        if r.repaired_ok is False:
-            repaired += " ❌"
-        clean = {True: "yes", False: "no ❌", None: "n/a"}[r.second_run_clean]
-        detected = _figures(r.detected) + ("" if r.detected == r.independent else " ❌")
+        c = _cells(r)
         lines.append(
-            f"| {r.title} | {r.repetition} | {_figures(r.injected)} | {detected} | {_figures(r.independent)} | "
-            f"{repaired} | {r.rows_lost if r.rows_lost is not None else '-'} | "
-            f"{r.false_alarms if r.false_alarms is not None else '-'} | {clean} | {r.seconds:.0f} |"
-            + (f" error: {r.error}" if r.error else "")
-            + "".join(f" failed check: {name} ❌" for name, ok in r.checks.items() if not ok)
+            f"| {r.title} | {r.repetition} | {c['injected']} | {c['detected']} | {c['independent']} | "
+            f"{c['repaired']} | {c['lost']} | {c['false_alarms']} | {c['clean']} | {r.seconds:.0f} |{c['problems']}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def matrix(results: list[ScenarioResult]) -> str:
+    """One line per scenario over its repetitions: a figure shared by all once, else each one, ``a / b / c``."""
+    order = {name: int(number) for name, number in SCENARIOS.items()}
+    by_scenario: dict[str, list[ScenarioResult]] = {}
+    for r in sorted(results, key=lambda r: (order.get(r.scenario, 0), r.repetition)):
+        by_scenario.setdefault(r.scenario, []).append(r)
+    lines = [
+        "| scenario | passed | injected | detected (suite) | independent count | repaired (audit) | rows lost "
+        "| false alarms | second run clean | s (median) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for runs in by_scenario.values():
+        cells = [_cells(r) for r in runs]
+
+        def joined(column: str, cells: list[dict[str, str]] = cells) -> str:
+            values = [c[column] for c in cells]
+            return values[0] if len(set(values)) == 1 else " / ".join(values)
+
+        seconds = sorted(r.seconds for r in runs)
+        problems = "".join(c["problems"] for c in cells)
+        lines.append(
+            f"| {runs[0].title} | {sum(r.passed for r in runs)} of {len(runs)} | {joined('injected')} | "
+            f"{joined('detected')} | {joined('independent')} | {joined('repaired')} | {joined('lost')} | "
+            f"{joined('false_alarms')} | {joined('clean')} | {seconds[len(seconds) // 2]:.0f} |{problems}"
         )
     return "\n".join(lines) + "\n"
 
@@ -1050,7 +1089,8 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args(argv)
     if args.command == "report":
-        print(markdown([r for f in args.files for r in load_results(f)]))
+        loaded = [r for f in args.files for r in load_results(f)]
+        print(matrix(loaded) + "\n" + markdown(loaded))
         return 0
     if args.command == "list":
         for name, number in SCENARIOS.items():
@@ -1092,7 +1132,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
             runner.stop()
     save()
-    print(markdown(results))
+    print(matrix(results) + "\n" + markdown(results))
     print(f"results: {args.out / (stamp + '.json')}")
     return 0 if all(r.passed for r in results) else 1
 
@@ -1102,8 +1142,9 @@ def save_results(out: Path, stamp: str, results: list[ScenarioResult], **about: 
     records = [{**asdict(r), "passed": r.passed} for r in results]
     document = {"machine": _machine(), **about, "results": records}
     (out / f"{stamp}.json").write_text(json.dumps(document, indent=2, default=str))
-    (out / f"{stamp}.md").write_text(markdown(results))
-    (out / "latest.md").write_text(markdown(results))
+    report = matrix(results) + "\n" + markdown(results)
+    (out / f"{stamp}.md").write_text(report)
+    (out / "latest.md").write_text(report)
 
 
 def repetition_environment(repetition: int) -> dict[str, str]:
@@ -1149,7 +1190,7 @@ def _run_in_parallel(names: list[str], repeat: int, parallel: int, out: Path, st
         else:
             results.append(ScenarioResult("stack", "stack", repetition=repetition, error=f"no results: see {part}"))
     save_results(out, stamp, results, parallel=parallel)
-    print(markdown(results))
+    print(matrix(results) + "\n" + markdown(results))
     print(f"results: {out / (stamp + '.json')}")
     return 0 if all(r.passed for r in results) else 1
 

@@ -16,6 +16,7 @@ from cdc_reconcile.faults import (
     event_positions,
     fold,
     markdown,
+    matrix,
     parquet_digest,
     repetition_environment,
 )
@@ -143,3 +144,21 @@ def test_parallel_repetitions_get_their_own_ports_and_run_folders(monkeypatch):
     assert first["CDC_RUN_DIR"].endswith("/.run/faults") and third["CDC_RUN_DIR"].endswith("/.run/faults-3")
     ports = [int(env[k]) for env in (first, repetition_environment(2), third) for k in RUNNER_ENV]
     assert len(set(ports)) == len(ports)
+
+
+def test_matrix_has_one_line_per_scenario_over_its_repetitions():
+    def result(scenario: str, title: str, repetition: int, found: int, seconds: float) -> ScenarioResult:
+        r = ScenarioResult(scenario, title, repetition, injected={"kills": 1}, seconds=seconds)
+        r.detected = r.independent = {"redelivery": found}
+        r.repaired, r.repaired_ok, r.rows_lost, r.lake_mismatches = {"redelivery": found}, True, 0, 0
+        r.false_alarms, r.second_run_clean = 0, True
+        return r
+
+    figures = ((1, 204, 90), (2, 204, 70), (3, 9, 80))
+    runs = [result("redelivery_eos_off", "3. R", n, found, s) for n, found, s in figures]
+    runs.insert(0, result("replication_kill", "1. K", 1, 0, 50))
+    runs[-1].second_run_clean = False
+    table = matrix(runs).splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| 1. K", "| 3. R"]
+    assert "| 3. R | 2 of 3 | kills 1 | redelivery 204 / redelivery 204 / redelivery 9 |" in table[3]
+    assert "| yes / yes / no ❌ | 80 |" in table[3]
