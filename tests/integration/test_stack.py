@@ -231,4 +231,5 @@ def test_up_is_idempotent_and_down_leaves_nothing(stack, config, stack_env):
         psycopg.connect(config.pg_dsn, connect_timeout=2)
 
     stack.up()
-    assert stack.connect.connector_running(config.connector_name)
+    # up() returns once the task is RUNNING; a rebalance of the fresh worker may restart it right after
+    stack.connect.wait_connector_running(config.connector_name, timeout=120)
