@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -502,13 +502,21 @@ class FaultRunner:
             ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
         return source_rows(self.config.pg_dsn), ends
 
-    def _loader(self, stop: threading.Event, **kwargs: Any) -> threading.Thread:
+    @contextlib.contextmanager
+    def _loading(self, **kwargs: Any) -> Iterator[None]:
+        """The loader writes ``customers`` (``run_loader`` arguments) for as long as the block runs."""
+        stop = threading.Event()
+
         def load() -> None:
             run_loader(self.config.pg_dsn, tables=("customers",), stop=stop, **kwargs)
 
         thread = threading.Thread(target=load, name="fault-loader", daemon=True)
         thread.start()
-        return thread
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=60)
 
     def _max_id(self) -> int:
         with self.pg() as conn:
@@ -626,10 +634,8 @@ class FaultRunner:
         result = ScenarioResult("replication_kill", "1. Replication connection killed 3x under load, EOS on")
         self.ensure_baseline()
         start_state, start_offsets = self._begin()
-        stop = threading.Event()
-        loader = self._loader(stop, rate=60, seed=11)
         kills = 0
-        try:
+        with self._loading(rate=60, seed=11):
             with self.pg() as conn:
                 for _ in range(6):
                     if kills >= 3:
@@ -642,9 +648,6 @@ class FaultRunner:
                     ).fetchone()[0]
             self.wait_streaming()
             self._progress(150)
-        finally:
-            stop.set()
-            loader.join(timeout=60)
         result.injected = {"replication_connections_killed": kills}
         self._measure(result, independent_of=lambda run_id: self._independent(run_id, start_state, start_offsets))
         return result
@@ -714,18 +717,13 @@ class FaultRunner:
         connect.wait_connector_running(name, timeout=180)
         self.wait_streaming()
         start_state, start_offsets = self._begin()
-        stop = threading.Event()
-        loader = self._loader(stop, rate=150, seed=13)
-        try:
+        with self._loading(rate=150, seed=13):
             self._progress(300)
             connect.kill()
             connect.start(exactly_once=False)
             connect.wait_connector_running(name, timeout=180)
             self.wait_streaming()
             self._progress(150)
-        finally:
-            stop.set()
-            loader.join(timeout=60)
         # back to exactly-once for the next scenario (a graceful restart adds no duplicates)
         self._settle()
         connect.stop()
@@ -755,10 +753,8 @@ class FaultRunner:
         self.ensure_baseline()
         connect, name = self.stack.connect, self.config.connector_name
         start_state, start_offsets = self._begin()
-        stop = threading.Event()
-        loader = self._loader(stop, rate=800, batch=400, seed=17)
         open_records = 0
-        try:
+        with self._loading(rate=800, batch=400, seed=17):
             self._progress(1000)
 
             def in_flight() -> int:
@@ -776,9 +772,6 @@ class FaultRunner:
             connect.wait_connector_running(name, timeout=180)
             self.wait_streaming()
             self._progress(500)
-        finally:
-            stop.set()
-            loader.join(timeout=60)
         self._settle()
         committed = [r for r in consume(self.config.bootstrap_servers, self.topic) if _in(r, start_offsets)]
         everything = [
@@ -871,13 +864,8 @@ class FaultRunner:
         result = ScenarioResult("spark_kill", "6. Spark job kill -9 mid-write, task retried")
         self.ensure_baseline()
         start_state, start_offsets = self._begin()
-        stop = threading.Event()
-        loader = self._loader(stop, rate=150, seed=19)
-        try:
+        with self._loading(rate=150, seed=19):
             self._progress(600)
-        finally:
-            stop.set()
-            loader.join(timeout=60)
         self._settle()
         redelivered = self._redeliver(40)
         killed: dict[str, Any] = {}
@@ -907,17 +895,12 @@ class FaultRunner:
         self.ensure_baseline()
         connect, name = self.stack.connect, self.config.connector_name
         start_state, start_offsets = self._begin()
-        stop = threading.Event()
-        loader = self._loader(stop, rate=150, seed=23)
         downtime: list[float] = []
-        try:
+        with self._loading(rate=150, seed=23):
             self._progress(300)
             downtime.append(self._restart_broker())
             connect.wait_connector_running(name, timeout=300)
             self._progress(300, timeout=300)
-        finally:
-            stop.set()
-            loader.join(timeout=60)
         self._settle(timeout=300)
 
         def restart_during_compaction(dag: threading.Thread) -> None:

@@ -394,7 +394,7 @@ def read_metadata(path: str | os.PathLike[str], version: str | None = None) -> d
 
 
 def prune(path: str | os.PathLike[str], keep: int) -> list[str]:
-    """Delete all but the ``keep`` newest versions, never the live one; also clear ``_staging`` leftovers.
+    """Delete all but the ``keep`` newest versions, never the live one; ``_recover`` clears ``_staging`` first.
 
     Run it when no publish to the same dataset is in progress (e.g. right after one). Returns the
     versions removed.
@@ -411,13 +411,6 @@ def prune(path: str | os.PathLike[str], keep: int) -> list[str]:
     removed = [v for v in versions if v not in kept]
     for version in removed:
         _remove_tree(root / f"{VERSION_PREFIX}{version}", root)
-    staging = root / STAGING
-    if staging.is_dir():
-        for leftover in staging.iterdir():
-            if leftover.is_dir():
-                shutil.rmtree(leftover, ignore_errors=True)
-            else:
-                leftover.unlink()
     return removed
 
 
