@@ -17,9 +17,10 @@ Lake layout per table (``<lake_root>/<schema.table>/``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,15 @@ class TableLake:
         return self.base / "audit"
 
 
-def read_kafka_range(spark: SparkSession, bootstrap: str, starting: str, ending: str) -> DataFrame:
-    """Exactly the sealed offset range, ``read_committed``: aborted records never enter the lake."""
+def read_kafka_range(
+    spark: SparkSession, bootstrap: str, starting: str, ending: str, *, min_partitions: int | None = None
+) -> DataFrame:
+    """Exactly the sealed offset range, ``read_committed``: aborted records never enter the lake.
+
+    ``min_partitions`` (default: all cores) splits each topic partition's range into several read
+    tasks: a CDC topic often has one partition, and its envelope parse would otherwise run as one
+    task on one core.
+    """
     return (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -121,6 +129,7 @@ def read_kafka_range(spark: SparkSession, bootstrap: str, starting: str, ending:
         .option("endingOffsets", ending)
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "true")
+        .option("minPartitions", str(min_partitions or spark.sparkContext.defaultParallelism))
         .load()
         .select("topic", "partition", "offset", "key", "value")
     )
@@ -179,6 +188,18 @@ def _history(
     return storage.read_partitions(spark, path, others).select(*columns)
 
 
+@contextlib.contextmanager
+def _described(spark: SparkSession, what: str) -> Iterator[None]:
+    """Name the Spark jobs of a block (Spark UI, event log, ``bench.stage_times``)."""
+    context = spark.sparkContext
+    previous = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(what)
+    try:
+        yield
+    finally:
+        context.setJobDescription(previous)  # type: ignore[arg-type]
+
+
 def compact(
     spark: SparkSession,
     *,
@@ -190,19 +211,23 @@ def compact(
     ending: str,
     options: DecodeOptions | None = None,
     full_rescan: bool = False,
+    kafka_min_partitions: int | None = None,
 ) -> dict[str, Any]:
     """``compact_cdc``: Kafka range -> events, quarantine, changelog, and the new lake table.
 
     ``full_rescan``: the range is the whole topic, so the table is folded from it alone, and
     duplicates are found within it (earlier ranges hold the same records again).
+    ``kafka_min_partitions``: read tasks for the range (see :func:`read_kafka_range`).
     """
     began = time.monotonic()
     # once a run was a rescan it stays one: a re-run must rebuild the same table, whatever it is told
     full_rescan = full_rescan or is_full_rescan(lake, run_id)
     _, spec, _ = snapshot_of(lake, run_id)
-    tagged = tag_envelopes(read_kafka_range(spark, bootstrap, starting, ending)).persist()
+    records = read_kafka_range(spark, bootstrap, starting, ending, min_partitions=kafka_min_partitions)
+    tagged = tag_envelopes(records).persist()
     parsed, bad_records = split_envelopes(tagged)
-    storage.replace_partition(parsed, lake.events, _version(run_id), sort_by=["partition", "offset"])
+    with _described(spark, f"compact_cdc {lake.name}: events"):
+        storage.replace_partition(parsed, lake.events, _version(run_id), sort_by=["partition", "offset"])
     events = storage.read_partitions(spark, lake.events, [_version(run_id)])
 
     history = _history(
@@ -221,31 +246,36 @@ def compact(
     quarantined = bad_records.unionByName(foreign_events(events, lake.name)).unionByName(
         with_raw_values(undecodable, events)
     )
-    storage.replace_partition(quarantined, lake.quarantine, _version(run_id), sort_by=["partition", "offset"])
-    storage.replace_partition(changelog, lake.changelog, _version(run_id), sort_by=["partition", "offset"])
+    with _described(spark, f"compact_cdc {lake.name}: quarantine (marks and decodes)"):
+        storage.replace_partition(quarantined, lake.quarantine, _version(run_id), sort_by=["partition", "offset"])
+    with _described(spark, f"compact_cdc {lake.name}: changelog"):
+        storage.replace_partition(changelog, lake.changelog, _version(run_id), sort_by=["partition", "offset"])
     duplicates = marked.filter(F.col("duplicate_class").isNotNull()).select(
         "key", "partition", "offset", "op", "source_txid", "source_lsn", "duplicate_class"
     )
-    storage.replace_partition(duplicates, lake.duplicates, _version(run_id), sort_by=["partition", "offset"])
+    with _described(spark, f"compact_cdc {lake.name}: duplicates"):
+        storage.replace_partition(duplicates, lake.duplicates, _version(run_id), sort_by=["partition", "offset"])
 
-    table, previous_version = _fold_run(spark, lake, run_id, spec, key, full_rescan=full_rescan)
-    storage.publish(
-        table,
-        lake.table,
-        _version(run_id),
-        sort_by=list(key),
-        metadata={"previous_version": previous_version, "full_rescan": full_rescan},
-    )
-    summary = {
-        "table": lake.name,
-        "run_id": run_id,
-        "records": tagged.count(),
-        "quarantined": storage.read_partitions(spark, lake.quarantine, [_version(run_id)]).count(),
-        "changes": marked.count(),
-        "duplicates": duplicate_counts(storage.read_partitions(spark, lake.duplicates, [_version(run_id)])),
-        "table_rows": storage.read_current(spark, lake.table).count(),
-        "seconds": round(time.monotonic() - began, 2),
-    }
+    with _described(spark, f"compact_cdc {lake.name}: fold and publish the table"):
+        table, previous_version = _fold_run(spark, lake, run_id, spec, key, full_rescan=full_rescan)
+        storage.publish(
+            table,
+            lake.table,
+            _version(run_id),
+            sort_by=list(key),
+            metadata={"previous_version": previous_version, "full_rescan": full_rescan},
+        )
+    with _described(spark, f"compact_cdc {lake.name}: summary"):
+        summary = {
+            "table": lake.name,
+            "run_id": run_id,
+            "records": tagged.count(),
+            "quarantined": storage.read_partitions(spark, lake.quarantine, [_version(run_id)]).count(),
+            "changes": marked.count(),
+            "duplicates": duplicate_counts(storage.read_partitions(spark, lake.duplicates, [_version(run_id)])),
+            "table_rows": storage.read_current(spark, lake.table).count(),
+            "seconds": round(time.monotonic() - began, 2),
+        }
     tagged.unpersist()
     marked.unpersist()
     decoded.unpersist()
