@@ -1,0 +1,86 @@
+"""A/B of ``pipeline.compact`` on one real Kafka range: one read task per topic partition vs all cores.
+
+Compacts the whole topic (earliest to latest committed offset) into a fresh lake per attempt,
+alternating the variants in one Spark session, so machine load hits both alike. ``snapshot`` is the
+``snapshot`` dataset of a bench lake (its version ``--run-id`` gives the column types).
+Usage: ``.venv/bin/python -m bench.ab_compact <bootstrap> <topic> <snapshot-dataset> [--repeats 3]``
+against a running bench stack (``bench/run.sh`` leaves its data in ``.run/bench-stack``; start it with
+the same environment and ``cdc-stack up``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from cdc_reconcile import pipeline
+from cdc_reconcile.spark import build_session
+
+
+def topic_range(bootstrap: str, topic: str) -> tuple[str, str, int]:
+    """The topic's whole committed range as Spark's starting/ending JSON, and its offset span."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "cdc-bench-ab", "isolation.level": "read_committed"}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        starting, ending, span = {}, {}, 0
+        for p in sorted(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            starting[str(p)], ending[str(p)] = low, high
+            span += high - low
+    finally:
+        consumer.close()
+    return json.dumps({topic: starting}), json.dumps({topic: ending}), span
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("bootstrap")
+    parser.add_argument("topic")
+    parser.add_argument("snapshot")
+    parser.add_argument("--run-id", default="r0")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    spark = build_session("ab-compact", master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    starting, ending, span = topic_range(args.bootstrap, args.topic)
+    variants = {"one read task per topic partition (before)": 1, "all cores (after)": None}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    work = Path(tempfile.mkdtemp(prefix="ab-compact-"))
+    try:
+        for attempt in range(args.repeats):
+            for name, min_partitions in variants.items():
+                lake = pipeline.TableLake(work / f"lake-{attempt}-{min_partitions}", "public.bench_rows")
+                shutil.copytree(args.snapshot, lake.snapshot)
+                began = time.perf_counter()
+                summary = pipeline.compact(
+                    spark,
+                    lake=lake,
+                    run_id=args.run_id,
+                    key=["id"],
+                    bootstrap=args.bootstrap,
+                    starting=starting,
+                    ending=ending,
+                    kafka_min_partitions=min_partitions,
+                )
+                times[name].append(time.perf_counter() - began)
+                print(f"{name}: {times[name][-1]:.2f} s, {summary['records']:,} records", flush=True)
+                shutil.rmtree(lake.root, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"offset span {span:,}")
+    for name, values in times.items():
+        print(f"{name:45s} median {statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
