@@ -174,12 +174,11 @@ def _with_raw_columns(df: DataFrame) -> DataFrame:
         _json_map(key_text).alias("_key_top"),
         _compact_json(key_text).alias("_key_compact"),
         _json_map(value).alias("_top"),
-        (value.isNotNull() & _not_one_document(value, _json_map(value))).alias("_not_json"),
     )
 
 
 def _with_envelope(df: DataFrame) -> DataFrame:
-    """Stage 2: unwrap `{"schema", "payload"}` where present; canonical key."""
+    """Stage 2: is the value one JSON document; unwrap `{"schema", "payload"}` where present; canonical key."""
     top = F.col("_top")
     key_top = F.col("_key_top")
     key_with_schema = F.coalesce(
@@ -188,6 +187,7 @@ def _with_envelope(df: DataFrame) -> DataFrame:
     )
     return df.withColumns(
         {
+            "_not_json": F.col("raw_value").isNotNull() & _not_one_document(F.col("raw_value"), top),
             "key": F.when(key_with_schema, key_top.getItem("payload")).otherwise(F.col("_key_compact")),
             "_key_bad": F.col("_raw_key").isNotNull()
             & F.col("_key_compact").isNull()
