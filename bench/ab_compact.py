@@ -13,32 +13,21 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
-
+from bench import stats
+from bench.bench import BENCH_TABLE, KEY
 from cdc_reconcile import pipeline
 from cdc_reconcile.spark import build_session
+from cdc_reconcile.stack.topics import high_watermarks
 
 
-def topic_range(bootstrap: str, topic: str) -> tuple[str, str, int]:
-    """The topic's whole committed range as Spark's starting/ending JSON, and its offset span."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "cdc-bench-ab", "isolation.level": "read_committed"}
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        starting, ending, span = {}, {}, 0
-        for p in sorted(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            starting[str(p)], ending[str(p)] = low, high
-            span += high - low
-    finally:
-        consumer.close()
-    return json.dumps({topic: starting}), json.dumps({topic: ending}), span
+def topic_range(bootstrap: str, topic: str) -> tuple[str, str]:
+    """The topic's whole range as Spark's starting/ending JSON (-2: each partition's earliest offset)."""
+    ends = high_watermarks(bootstrap, topic)
+    return json.dumps({topic: {str(p): -2 for p in ends}}), json.dumps({topic: {str(p): e for p, e in ends.items()}})
 
 
 def main() -> None:
@@ -51,21 +40,21 @@ def main() -> None:
     args = parser.parse_args()
     spark = build_session("ab-compact", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
-    starting, ending, span = topic_range(args.bootstrap, args.topic)
+    starting, ending = topic_range(args.bootstrap, args.topic)
     variants = {"one read task per topic partition (before)": 1, "all cores (after)": None}
     times: dict[str, list[float]] = {name: [] for name in variants}
     work = Path(tempfile.mkdtemp(prefix="ab-compact-"))
     try:
         for attempt in range(args.repeats):
             for name, min_partitions in variants.items():
-                lake = pipeline.TableLake(work / f"lake-{attempt}-{min_partitions}", "public.bench_rows")
+                lake = pipeline.TableLake(work / f"lake-{attempt}-{min_partitions}", BENCH_TABLE)
                 shutil.copytree(args.snapshot, lake.snapshot)
                 began = time.perf_counter()
                 summary = pipeline.compact(
                     spark,
                     lake=lake,
                     run_id=args.run_id,
-                    key=["id"],
+                    key=list(KEY),
                     bootstrap=args.bootstrap,
                     starting=starting,
                     ending=ending,
@@ -76,9 +65,9 @@ def main() -> None:
                 shutil.rmtree(lake.root, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"offset span {span:,}")
     for name, values in times.items():
-        print(f"{name:45s} median {statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})")
+        s = stats.summarise(values)
+        print(f"{name:45s} median {s['median']:.2f} s ({s['min']:.2f}-{s['max']:.2f})")
     spark.stop()
 
 

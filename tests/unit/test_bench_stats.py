@@ -52,3 +52,22 @@ def test_markdown_table_rows():
     assert "| 100,000 | diff | 100,000 rows | 2.00 s (2.00-4.00) | 50,000 rows/s | DuckDB |" in lines[2]
     assert "100,000 rows/s | 2.00x time | <= 1.5x |" in lines[2]
     assert lines[3].endswith("| - | - | - | - | - |")
+
+
+def test_a_target_is_judged_only_against_its_own_baseline():
+    from bench.bench import table_rows
+
+    def diff(baseline: str, seconds: float) -> dict:
+        return {
+            "size": 1,
+            "step": "diff (snapshot vs lake table)",
+            "unit": "rows",
+            "work": 10,
+            "samples": [2.0],
+            "baseline_name": baseline,
+            "baseline_samples": [seconds],
+        }
+
+    duckdb, datacompy = table_rows([diff("DuckDB", 1.0), diff("datacompy SparkSQLCompare", 20.0)])
+    assert (duckdb["ratio_text"], duckdb["target_text"]) == ("2.00x time ❌", "<= 1.5x DuckDB time")
+    assert (datacompy["ratio_text"], datacompy["target_text"]) == ("0.10x time", "-")
