@@ -19,9 +19,9 @@ from pathlib import Path
 
 from bench import stats
 from bench.bench import BENCH_TABLE, KEY
+from cdc_dev.stack.topics import high_watermarks
 from cdc_reconcile import pipeline
 from cdc_reconcile.spark import build_session
-from cdc_reconcile.stack.topics import high_watermarks
 
 
 def topic_range(bootstrap: str, topic: str) -> tuple[str, str]:

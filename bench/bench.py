@@ -39,11 +39,11 @@ import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import stats
+from cdc_dev.stack import Stack, StackConfig
 from cdc_reconcile import checkpoints, storage
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.pipeline import TableLake, check, compact
 from cdc_reconcile.snapshot import snapshot_table
-from cdc_reconcile.stack import Stack, StackConfig
 
 log = logging.getLogger("bench")
 

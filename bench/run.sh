@@ -17,6 +17,6 @@ export CDC_KAFKA_CONTROLLER_PORT=${CDC_BENCH_KAFKA_CONTROLLER_PORT:-59113}
 export CDC_CONNECT_PORT=${CDC_BENCH_CONNECT_PORT:-58103}
 export PYARROW_IGNORE_TIMEZONE=1
 cd "$ROOT"
-stop_stack() { "$ROOT/.venv/bin/python" -c 'from cdc_reconcile.stack import Stack, StackConfig; Stack(StackConfig()).down()' || true; }
+stop_stack() { "$ROOT/.venv/bin/python" -c 'from cdc_dev.stack import Stack, StackConfig; Stack(StackConfig()).down()' || true; }
 trap stop_stack EXIT
 "$ROOT/.venv/bin/python" -m bench.bench "$@"

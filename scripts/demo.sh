@@ -6,4 +6,4 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-exec .venv/bin/python -m cdc_reconcile.demo "$@"
+exec .venv/bin/python -m cdc_dev.demo "$@"

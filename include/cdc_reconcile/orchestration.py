@@ -24,7 +24,6 @@ from typing import Any
 from . import checkpoints, run_state, storage
 from .alerts import OUTCOME_KEY
 from .config import ConfigError, TableConfig, load_config
-from .spark import spark_jars_dir
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,6 @@ SPARK_CONN = "spark_default"
 LAKE_ROOT_VAR = "cdc_lake_root"
 GX_ROOT_VAR = "cdc_gx_root"
 MODES = ("repair", "check_only")
-SPARK_JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
 
 
 class RunFailed(RuntimeError):
@@ -66,9 +64,10 @@ def jdbc_url(connection: Any) -> str:
 
 
 def spark_jars() -> str:
-    """The Kafka and JDBC jars the set-up command fetched, for spark-submit's ``--jars``."""
-    jars_dir = spark_jars_dir()
-    return ",".join(sorted(str(p) for p in jars_dir.glob("*.jar"))) if jars_dir.is_dir() else ""
+    """The Kafka and JDBC jars for spark-submit's ``--jars``, as ``$CDC_SPARK_JARS`` names them."""
+    from .spark import spark_jars as configured_jars
+
+    return ",".join(configured_jars())
 
 
 def kafka_bootstrap(connection: Any) -> str:
@@ -85,8 +84,13 @@ def python_executable() -> str:
 
 
 def job(name: str) -> str:
-    """Path of a spark-submit entry point under ``spark_jobs/``."""
-    return str(SPARK_JOBS / f"{name}.py")
+    """The spark-submit application of job ``name``: the job module's file in the installed package."""
+    from importlib.util import find_spec
+
+    spec = find_spec(f"cdc_reconcile.jobs.{name}")
+    if spec is None or spec.origin is None:
+        raise ConfigError(f"no Spark job named {name!r} in cdc_reconcile.jobs")
+    return spec.origin
 
 
 MACROS = {

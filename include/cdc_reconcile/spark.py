@@ -1,25 +1,46 @@
-"""One way to build a SparkSession for every job and test: UTC, the project's jars, no global state."""
+"""One way to build a SparkSession for every job and test: UTC, the configured jars, no global state."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from .stack.config import REPO_ROOT
+JARS_ENV = "CDC_SPARK_JARS"
 
 
-def spark_jars_dir() -> Path:
-    """Spark's Kafka source and the PostgreSQL JDBC driver, fetched by scripts/setup.sh."""
-    cache = Path(os.environ.get("CDC_CACHE_DIR", REPO_ROOT / ".cache"))
-    return Path(os.environ.get("CDC_SPARK_JARS", cache / "stack" / "spark-jars"))
+def spark_jars(spec: str | None = None) -> list[str]:
+    """The jars the jobs need (Kafka source, JDBC driver), from ``spec`` or ``$CDC_SPARK_JARS``.
+
+    ``spec`` is comma-separated; each entry is a jar (a path or a URI the cluster can read) or a local
+    folder, which stands for the jars in it. Nothing is looked up relative to a checkout: the
+    deployment says where its jars are.
+    """
+    spec = os.environ.get(JARS_ENV, "") if spec is None else spec
+    jars: list[str] = []
+    for entry in filter(None, (part.strip() for part in spec.split(","))):
+        folder = Path(entry)
+        if "://" not in entry and folder.is_dir():
+            jars.extend(sorted(str(p) for p in folder.glob("*.jar")))
+        else:
+            jars.append(entry)
+    return jars
 
 
-def build_session(app_name: str, *, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
-    """A session for ``app_name``; ``master`` defaults to ``local[*]`` unless spark-submit set one."""
-    jars_dir = spark_jars_dir()
-    jars = sorted(str(p) for p in jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
+def build_session(
+    app_name: str,
+    *,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    jars: Sequence[str] | None = None,
+) -> SparkSession:
+    """A session for ``app_name``; ``master`` defaults to ``local[*]`` unless spark-submit set one.
+
+    ``jars`` defaults to :func:`spark_jars` (``$CDC_SPARK_JARS``).
+    """
+    jars = spark_jars() if jars is None else list(jars)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)

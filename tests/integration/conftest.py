@@ -14,11 +14,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cdc_dev.stack import Stack, StackConfig
+from cdc_dev.stack.config import REPO_ROOT
 from cdc_reconcile import checkpoints, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.pipeline import TableLake, check, compact
-from cdc_reconcile.stack import Stack, StackConfig
-from cdc_reconcile.stack.config import REPO_ROOT
 
 TEST_ENV = {
     "CDC_RUN_DIR": os.environ.get("CDC_TEST_RUN_DIR", str(REPO_ROOT / ".run" / "test-stack")),

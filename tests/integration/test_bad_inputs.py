@@ -23,13 +23,13 @@ from confluent_kafka import Producer
 from psycopg.rows import dict_row
 from pyspark.sql import functions as F
 
+from cdc_dev.stack import Stack, StackConfig
+from cdc_dev.stack.config import MAX_MESSAGE_BYTES
+from cdc_dev.stack.connect import connector_config
+from cdc_dev.stack.topics import read_topic
 from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.pipeline import TableLake
-from cdc_reconcile.stack import Stack, StackConfig
-from cdc_reconcile.stack.config import MAX_MESSAGE_BYTES
-from cdc_reconcile.stack.connect import connector_config
-from cdc_reconcile.stack.topics import read_topic
 
 from .conftest import eventually, run_once
 

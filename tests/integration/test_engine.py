@@ -17,13 +17,13 @@ import psycopg
 import pytest
 from pyspark.sql import functions as F
 
+from cdc_dev.loader import run_loader
+from cdc_dev.stack.connect import connector_config
+from cdc_dev.stack.topics import read_topic, unwrap
 from cdc_reconcile import checkpoints, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
-from cdc_reconcile.loader import run_loader
 from cdc_reconcile.pipeline import TableLake, check, compact, reconcile
-from cdc_reconcile.stack.connect import connector_config
-from cdc_reconcile.stack.topics import read_topic, unwrap
 
 from .conftest import eventually, run_once
 

@@ -1,4 +1,4 @@
-"""The fault matrix as tests: each scenario of ``cdc_reconcile.faults`` on a real stack of its own.
+"""The fault matrix as tests: each scenario of ``cdc_dev.faults`` on a real stack of its own.
 
 Every test asserts what DESIGN.md section 10 asks of a fault: the suite's counts equal an independent
 count taken straight from PostgreSQL and Kafka (by class), the repair fixed it, the next run is clean,
@@ -20,9 +20,9 @@ from dataclasses import asdict
 
 import pytest
 
-from cdc_reconcile.faults import FaultRunner, ScenarioResult, run_scenarios
-from cdc_reconcile.stack import StackConfig
-from cdc_reconcile.stack.config import REPO_ROOT
+from cdc_dev.faults import FaultRunner, ScenarioResult, run_scenarios
+from cdc_dev.stack import StackConfig
+from cdc_dev.stack.config import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdc_dev.stack.topics import high_watermarks, read_topic
 from cdc_reconcile.pipeline import read_kafka_range
-from cdc_reconcile.stack.topics import high_watermarks, read_topic
 
 pytestmark = pytest.mark.integration
 

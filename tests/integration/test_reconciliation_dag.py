@@ -22,12 +22,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psycopg
 import pytest
 
+from cdc_dev.faults import consume, duplicates
+from cdc_dev.loader import run_loader
+from cdc_dev.stack.connect import Connect
+from cdc_dev.stack.dag_runs import DagRunResult, run_dag
+from cdc_dev.stack.topics import read_topic
 from cdc_reconcile import checkpoints, run_state, storage
-from cdc_reconcile.faults import consume, duplicates
-from cdc_reconcile.loader import run_loader
-from cdc_reconcile.stack.connect import Connect
-from cdc_reconcile.stack.dag_runs import DagRunResult, run_dag
-from cdc_reconcile.stack.topics import read_topic
 
 from .conftest import eventually
 

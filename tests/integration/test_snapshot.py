@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import importlib.util
+import importlib
 import json
 import os
 import random
@@ -24,7 +24,6 @@ from pyspark.testing import assertDataFrameEqual
 from cdc_reconcile import snapshot as snap_mod
 from cdc_reconcile import storage
 from cdc_reconcile.config import ConfigError, TableConfig, load_config
-from cdc_reconcile.stack.config import REPO_ROOT
 
 from .conftest import eventually
 from .conftest import take_snapshot as take
@@ -446,10 +445,7 @@ def test_a_partition_outside_the_snapshot_fails_loudly(spark, config, pg, tables
 
 
 def load_job():
-    spec = importlib.util.spec_from_file_location("snapshot_source", REPO_ROOT / "spark_jobs" / "snapshot_source.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("cdc_reconcile.jobs.snapshot_source")
 
 
 def test_job_refuses_unknown_table_before_starting_spark(capsys):
@@ -466,7 +462,7 @@ def test_job_refuses_unknown_table_before_starting_spark(capsys):
 def test_job_prints_a_one_line_summary(config, pg, tmp_path):
     load_order_lines(pg)
     env = {**os.environ, "CDC_PG_PASSWORD": config.pg_password, "CDC_SPARK_DRIVER_MEMORY": "1g"}
-    argv = [sys.executable, str(REPO_ROOT / "spark_jobs" / "snapshot_source.py"), "--table", "public.order_lines"]
+    argv = [sys.executable, "-m", "cdc_reconcile.jobs.snapshot_source", "--table", "public.order_lines"]
     argv += ["--run-id", "manual__2024-03-01T10:00:00+00:00", "--lake-root", str(tmp_path)]
     argv += ["--jdbc-url", config.pg_jdbc_url, "--dsn", config.pg_dsn.replace(" password=cdc", "")]
     argv += ["--user", config.pg_user, "--partitions", "2", "--master", "local[2]", "--keep", "1"]

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 import requests
 
-from cdc_reconcile.loader import run_loader
-from cdc_reconcile.stack.process import pid_alive
-from cdc_reconcile.stack.topics import high_watermarks, read_topic, unwrap
+from cdc_dev.loader import run_loader
+from cdc_dev.stack.process import pid_alive
+from cdc_dev.stack.topics import high_watermarks, read_topic, unwrap
 
 from .conftest import eventually
 
@@ -210,7 +210,7 @@ def test_replication_connection_killed_under_load_loses_nothing(stack, config, p
 
 def test_up_is_idempotent_and_down_leaves_nothing(stack, config, stack_env):
     pids_before = {"kafka": stack.kafka.process.pid(), "connect": stack.connect.process.pid()}
-    cli = [sys.executable, "-m", "cdc_reconcile.stack"]
+    cli = [sys.executable, "-m", "cdc_dev.stack"]
     again = subprocess.run([*cli, "up"], capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 0, again.stderr
     assert {"kafka": stack.kafka.process.pid(), "connect": stack.connect.process.pid()} == pids_before

@@ -22,10 +22,10 @@ from urllib.parse import quote, unquote
 import pytest
 import requests
 
+from cdc_dev.loader import run_loader
+from cdc_dev.stack import Stack, StackConfig
 from cdc_reconcile import checkpoints
 from cdc_reconcile.config import default_config
-from cdc_reconcile.loader import run_loader
-from cdc_reconcile.stack import Stack, StackConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 

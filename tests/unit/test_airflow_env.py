@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cdc_reconcile.stack.airflow import AIRFLOW_CFG, airflow_environment, venv_bin
-from cdc_reconcile.stack.config import StackConfig
+from cdc_dev.stack.airflow import AIRFLOW_CFG, airflow_environment, venv_bin
+from cdc_dev.stack.config import StackConfig
 
 
 def test_connections_variable_and_per_checkout_settings(tmp_path: Path) -> None:

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import socket
-
-from cdc_reconcile.stack.config import REPO_ROOT
 
 
 def load_job():
-    spec = importlib.util.spec_from_file_location("compact_cdc", REPO_ROOT / "spark_jobs" / "compact_cdc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("cdc_reconcile.jobs.compact_cdc")
 
 
 def closed_port() -> int:

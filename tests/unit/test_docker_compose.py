@@ -303,7 +303,7 @@ def test_connect_runs_exactly_once_source_support(services: dict[str, dict[str, 
 
 
 def test_records_as_large_as_the_embedded_stack_allows(services: dict[str, dict[str, Any]]) -> None:
-    from cdc_reconcile.stack.config import MAX_MESSAGE_BYTES
+    from cdc_dev.stack.config import MAX_MESSAGE_BYTES
 
     assert kafka_properties(env(services["kafka"]))["message.max.bytes"] == str(MAX_MESSAGE_BYTES)
     assert connect_worker_properties(env(services["connect"]))["producer.max.request.size"] == str(MAX_MESSAGE_BYTES)
@@ -334,8 +334,8 @@ def test_connector_payload(connector_payload: dict[str, str]) -> None:
 
 
 def test_connector_payload_matches_the_embedded_stack(connector_payload: dict[str, str]) -> None:
-    connect = pytest.importorskip("cdc_reconcile.stack.connect")
-    config = pytest.importorskip("cdc_reconcile.stack.config")
+    connect = pytest.importorskip("cdc_dev.stack.connect")
+    config = pytest.importorskip("cdc_dev.stack.config")
     embedded = connect.connector_config(config.StackConfig())
     host_specific = {"database.hostname", "database.port"}
     assert set(embedded) == set(connector_payload)
@@ -354,10 +354,10 @@ def test_init_registers_the_connector_and_the_schema(services: dict[str, dict[st
     assert env(init).get("CONNECTOR_NAME", CONNECTOR_NAME) == CONNECTOR_NAME
     assert env(init)["CONNECT_URL"].endswith(":8083")
     assert "/config" in script
-    schema_mounts = [v for v in init["volumes"] if "include/cdc_reconcile/sql/demo_schema.sql" in str(v)]
+    schema_mounts = [v for v in init["volumes"] if "dev/cdc_dev/sql/demo_schema.sql" in str(v)]
     assert len(schema_mounts) == 1
     source, target, mode = str(schema_mounts[0]).split(":")
-    assert source == "./include/cdc_reconcile/sql/demo_schema.sql"
+    assert source == "./dev/cdc_dev/sql/demo_schema.sql"
     assert mode == "ro"
     assert f"-f {target}" in script
 

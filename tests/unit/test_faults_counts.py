@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from decimal import Decimal
 
-from cdc_reconcile.faults import (
+from cdc_dev.faults import (
     RUNNER_ENV,
     RawRecord,
     ScenarioResult,

@@ -25,7 +25,8 @@ from typing import Any
 import psycopg
 import requests
 
-from . import checkpoints, run_state
+from cdc_reconcile import checkpoints, run_state
+
 from .loader import run_loader
 from .stack import Stack, StackConfig, StackError
 from .stack.topics import read_topic

@@ -66,6 +66,11 @@ class StackConfig:
         return self.run_dir / "logs"
 
     @property
+    def spark_jars_dir(self) -> Path:
+        """The Spark Kafka source and JDBC driver jars scripts/setup.sh fetched (``CDC_SPARK_JARS`` for the jobs)."""
+        return self.cache_dir / "stack" / "spark-jars"
+
+    @property
     def kafka_libs(self) -> Path:
         return self.cache_dir / "stack" / "kafka-libs"
 

@@ -188,7 +188,7 @@ class Postgres:
                         sql.Identifier(cfg.pg_database), sql.Identifier(cfg.pg_user)
                     )
                 )
-        schema_sql = resources.files("cdc_reconcile").joinpath("sql/demo_schema.sql").read_text()
+        schema_sql = resources.files("cdc_dev").joinpath("sql/demo_schema.sql").read_text()
         with psycopg.connect(cfg.pg_dsn, autocommit=True) as conn:
             conn.execute(schema_sql)
 

@@ -33,7 +33,8 @@ from typing import Any
 
 import psycopg
 
-from . import checkpoints, run_state
+from cdc_reconcile import checkpoints, run_state
+
 from .loader import run_loader
 from .stack import Stack, StackConfig, StackError
 from .stack.airflow import airflow_environment, venv_bin
@@ -527,12 +528,12 @@ class FaultRunner:
         self.wait(lambda: self._max_id() >= before + rows, timeout=timeout, what=f"loader progress of {rows} rows")
 
     def _spark_job_pids(self, job: str) -> list[int]:
-        """This stack's processes of ``spark_jobs/<job>.py``: the spark-submit JVM and its Python driver.
+        """This stack's processes of job ``<job>``: the spark-submit JVM and its Python driver.
 
         Matched on the job's path and this stack's lake root in the command line, so a Spark job of
         another stack on the same machine is never touched.
         """
-        script, lake = f"spark_jobs/{job}.py".encode(), str(self.config.lake_root).encode()
+        script, lake = f"cdc_reconcile/jobs/{job}.py".encode(), str(self.config.lake_root).encode()
         found = []
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
@@ -1148,7 +1149,7 @@ def _run_in_parallel(names: list[str], repeat: int, parallel: int, out: Path, st
         while waiting and len(running) < parallel:
             repetition = waiting.pop(0)
             part = f"{stamp}-rep{repetition}"
-            argv = [sys.executable, "-m", "cdc_reconcile.faults", "run", "--scenario", ",".join(names)]
+            argv = [sys.executable, "-m", "cdc_dev.faults", "run", "--scenario", ",".join(names)]
             argv += ["--repeat", "1", "--first-repetition", str(repetition), "--out", str(out), "--stamp", part]
             with (out / f"{part}.log").open("w") as child_log:
                 child = subprocess.Popen(
