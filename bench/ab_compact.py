@@ -19,9 +19,10 @@ from pathlib import Path
 
 from bench import stats
 from bench.bench import BENCH_TABLE, KEY
+from cdc_dev.stack import StackConfig
 from cdc_dev.stack.topics import high_watermarks
 from cdc_reconcile import pipeline
-from cdc_reconcile.spark import build_session
+from cdc_reconcile.spark import build_session, spark_jars
 
 
 def topic_range(bootstrap: str, topic: str) -> tuple[str, str]:
@@ -38,7 +39,7 @@ def main() -> None:
     parser.add_argument("--run-id", default="r0")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    spark = build_session("ab-compact", master="local[2]")
+    spark = build_session("ab-compact", master="local[2]", jars=spark_jars(str(StackConfig().spark_jars_dir)))
     spark.sparkContext.setLogLevel("ERROR")
     starting, ending = topic_range(args.bootstrap, args.topic)
     variants = {"one read task per topic partition (before)": 1, "all cores (after)": None}

@@ -711,10 +711,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    from cdc_reconcile.spark import build_session
+    from cdc_reconcile.spark import build_session, spark_jars
 
     driver_memory = os.environ.get("CDC_SPARK_DRIVER_MEMORY", "2g")
-    spark = build_session("cdc-bench", master="local[2]")
+    spark = build_session("cdc-bench", master="local[2]", jars=spark_jars(str(StackConfig().spark_jars_dir)))
     spark.sparkContext.setLogLevel("ERROR")
     payload: dict[str, Any] = {
         "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%SZ"),

@@ -16,6 +16,7 @@ export CDC_KAFKA_PORT=${CDC_BENCH_KAFKA_PORT:-59112}
 export CDC_KAFKA_CONTROLLER_PORT=${CDC_BENCH_KAFKA_CONTROLLER_PORT:-59113}
 export CDC_CONNECT_PORT=${CDC_BENCH_CONNECT_PORT:-58103}
 export PYARROW_IGNORE_TIMEZONE=1
+export CDC_SPARK_JARS=${CDC_SPARK_JARS:-$ROOT/.cache/stack/spark-jars}
 cd "$ROOT"
 stop_stack() { "$ROOT/.venv/bin/python" -c 'from cdc_dev.stack import Stack, StackConfig; Stack(StackConfig()).down()' || true; }
 trap stop_stack EXIT

@@ -27,6 +27,8 @@ TEST_ENV = {
     "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_KAFKA_CONTROLLER_PORT", "59103"),
     "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_CONNECT_PORT", "58093"),
     "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "58190"),
+    # the jobs' jars (Kafka source, JDBC driver) as a deployment names them; here the set-up's cache
+    "CDC_SPARK_JARS": os.environ.get("CDC_SPARK_JARS") or str(StackConfig().spark_jars_dir),
 }
 # A DAG folder other than the repo's dags/ (a stand-in DAG while the real one is being written).
 if os.environ.get("CDC_TEST_AIRFLOW_DAGS_FOLDER"):
