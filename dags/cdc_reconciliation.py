@@ -30,9 +30,9 @@ import datetime as dt
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import AssetAlias, Param, TriggerRule, dag, task, task_group
 
-from cdc_reconcile import orchestration as steps
-from cdc_reconcile.alerts import CRITICAL, WARNING, ReconciliationNotifier
 from cdc_reconcile.config import default_config
+from cdc_reconcile.orchestration import tasks as steps
+from cdc_reconcile.orchestration.alerts import CRITICAL, WARNING, ReconciliationNotifier
 
 CONFIGURED_TABLES = default_config().names
 LAKE_TABLES = AssetAlias("cdc_lake_tables")
@@ -150,10 +150,10 @@ def cdc_reconciliation():
                 "{{ params.full_rescan }}",
             ],
         )
-        validate = spark_job("validate", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "initial"])
+        validate = spark_job("validate", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "before_repair"])
         reconcile = spark_job("reconcile", "reconcile", [*table_args, "--dry-run", "{{ params.dry_run }}"])
         validate_repaired = spark_job(
-            "validate_repaired", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "repaired"]
+            "validate_repaired", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "after_repair"]
         )
         (
             checkpoint_offsets(table)

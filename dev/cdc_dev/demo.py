@@ -26,6 +26,7 @@ import psycopg
 import requests
 
 from cdc_reconcile import checkpoints, run_state
+from cdc_reconcile.phase import Phase
 
 from .loader import run_loader
 from .stack import Stack, StackConfig, StackError
@@ -200,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     with checkpoints.connect(config.pg_dsn) as conn:
-        before = run_state.latest_suite_outcome(conn, run_id, TABLE, run_state.BEFORE_REPAIR) or {}
-        after = run_state.latest_suite_outcome(conn, run_id, TABLE, run_state.AFTER_REPAIR) or {}
+        before = run_state.latest_suite_outcome(conn, run_id, TABLE, Phase.BEFORE_REPAIR) or {}
+        after = run_state.latest_suite_outcome(conn, run_id, TABLE, Phase.AFTER_REPAIR) or {}
         audit = run_state.audit_counts(conn, run_id, TABLE)
         source_rows = conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0]
     print(

@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 
 from cdc_reconcile import checkpoints, run_state
+from cdc_reconcile.phase import Phase
 
 from .loader import run_loader
 from .stack import Stack, StackConfig, StackError
@@ -367,9 +368,9 @@ class FaultRunner:
         self.log(f"  DAG run {result.run_id}: {result.state} in {result.seconds:.0f}s")
         return result
 
-    def outcome(self, run_id: str, attempt: int) -> dict[str, Any] | None:
+    def outcome(self, run_id: str, phase: Phase) -> dict[str, Any] | None:
         with checkpoints.connect(self.config.pg_dsn) as conn:
-            return run_state.latest_suite_outcome(conn, run_id, TABLE, attempt)
+            return run_state.latest_suite_outcome(conn, run_id, TABLE, phase)
 
     def range_of(self, run_id: str) -> tuple[dict[int, int], dict[int, int]]:
         with checkpoints.connect(self.config.pg_dsn) as conn:
@@ -435,7 +436,7 @@ class FaultRunner:
         first = self._dag_during(f"{result.scenario}-1", during, **params)
         result.run_ids.append(first.run_id)
         result.run_states.append(first.state)
-        before = self.outcome(first.run_id, run_state.BEFORE_REPAIR)
+        before = self.outcome(first.run_id, Phase.BEFORE_REPAIR)
         if before is None:
             raise StackError(f"run {first.run_id}: no suite outcome recorded; see {first.log}")
         result.detected = {c: int(before["counts"].get(c, 0)) for c in CLASSES}
@@ -443,7 +444,7 @@ class FaultRunner:
         result.false_alarms, result.missed = compare(result.detected, result.independent)
         with checkpoints.connect(self.config.pg_dsn) as conn:
             result.repaired = run_state.audit_counts(conn, first.run_id, TABLE)
-        after = self.outcome(first.run_id, run_state.AFTER_REPAIR)
+        after = self.outcome(first.run_id, Phase.AFTER_REPAIR)
         if before["success"]:
             result.repaired_ok = first.state == "success" and not result.repaired
         else:
@@ -455,7 +456,7 @@ class FaultRunner:
         second = self.dag(f"{result.scenario}-2")
         result.run_ids.append(second.run_id)
         result.run_states.append(second.state)
-        again = self.outcome(second.run_id, run_state.BEFORE_REPAIR) or {}
+        again = self.outcome(second.run_id, Phase.BEFORE_REPAIR) or {}
         result.second_run_clean = (
             second.state == "success"
             and bool(again.get("success"))

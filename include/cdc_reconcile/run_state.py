@@ -1,7 +1,7 @@
 """Expectation results and the repair audit in the state database, keyed by run and table.
 
 The Airflow tasks decide from these rows (repair or not, alert or not), so a cleared task reads what
-its run recorded instead of recomputing it. ``attempt`` 1 is the suite before repair, 2 after it.
+its run recorded instead of recomputing it. Each suite outcome is stored with its :class:`Phase`.
 """
 
 from __future__ import annotations
@@ -13,23 +13,20 @@ from typing import Any
 import psycopg
 
 from .checkpoints import _state_error
-
-BEFORE_REPAIR = 1
-AFTER_REPAIR = 2
-PHASES = {"initial": BEFORE_REPAIR, "repaired": AFTER_REPAIR}
+from .phase import Phase
 
 
-def record_suite_outcome(conn: psycopg.Connection, outcome: Mapping[str, Any], attempt: int) -> None:
+def record_suite_outcome(conn: psycopg.Connection, outcome: Mapping[str, Any], phase: Phase) -> None:
     """Append one suite outcome (a re-run of the validate task appends again; readers take the newest)."""
     try:
         with conn.transaction():
             conn.execute(
-                "INSERT INTO cdc_reconcile.expectation_results (run_id, table_name, attempt, suite, success, results) "
+                "INSERT INTO cdc_reconcile.expectation_results (run_id, table_name, phase, suite, success, results) "
                 "VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
                 (
                     outcome["run_id"],
                     outcome["table"],
-                    attempt,
+                    Phase(phase).value,
                     outcome["suite"],
                     bool(outcome["success"]),
                     json.dumps(outcome, default=str),
@@ -39,14 +36,14 @@ def record_suite_outcome(conn: psycopg.Connection, outcome: Mapping[str, Any], a
         raise _state_error(exc) from exc
 
 
-def latest_suite_outcome(conn: psycopg.Connection, run_id: str, table: str, attempt: int) -> dict[str, Any] | None:
-    """The newest outcome recorded for this run, table and attempt, or None."""
+def latest_suite_outcome(conn: psycopg.Connection, run_id: str, table: str, phase: Phase) -> dict[str, Any] | None:
+    """The newest outcome recorded for this run, table and phase, or None."""
     try:
         with conn.transaction():
             row = conn.execute(
                 "SELECT results FROM cdc_reconcile.expectation_results "
-                "WHERE run_id = %s AND table_name = %s AND attempt = %s ORDER BY id DESC LIMIT 1",
-                (run_id, table, attempt),
+                "WHERE run_id = %s AND table_name = %s AND phase = %s ORDER BY id DESC LIMIT 1",
+                (run_id, table, Phase(phase).value),
             ).fetchone()
     except psycopg.errors.UndefinedTable as exc:
         raise _state_error(exc) from exc

@@ -28,6 +28,7 @@ from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
 from cdc_dev.stack.topics import read_topic
 from cdc_reconcile import checkpoints, run_state, storage
+from cdc_reconcile.phase import Phase
 
 from .conftest import eventually
 
@@ -88,9 +89,9 @@ def task(result: DagRunResult, name: str) -> str | None:
     return result.task_state(f"{GROUP}.{name}")
 
 
-def outcome(config, run_id: str, attempt: int) -> dict:
+def outcome(config, run_id: str, phase: Phase) -> dict:
     with checkpoints.connect(config.pg_dsn) as conn:
-        return run_state.latest_suite_outcome(conn, run_id, TABLE, attempt)
+        return run_state.latest_suite_outcome(conn, run_id, TABLE, phase)
 
 
 def independent_duplicates(config, run_id: str) -> dict[str, int]:
@@ -120,7 +121,7 @@ def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, aler
     assert task(result, "decide_repair") == "skipped"
     assert task(result, "reconcile") == "skipped"
     assert task(result, "publish_lake_table") == "success"
-    initial = outcome(config, result.run_id, run_state.BEFORE_REPAIR)
+    initial = outcome(config, result.run_id, Phase.BEFORE_REPAIR)
     assert initial["success"] and initial["counts"]["snapshot_rows"] == len(source_rows(pg))
     assert alerts.received == []
     assert lake_rows(spark, config) == source_rows(pg)
@@ -151,13 +152,13 @@ def test_a_snapshot_rerun_fails_the_suite_is_repaired_and_warns_once(stack, conf
     expected = independent_duplicates(config, result.run_id)
     assert expected["snapshot_rerun"] == rows, expected
 
-    initial = outcome(config, result.run_id, run_state.BEFORE_REPAIR)
+    initial = outcome(config, result.run_id, Phase.BEFORE_REPAIR)
     assert not initial["success"]
     assert {k: initial["counts"][k] for k in expected} == expected
     failed = {c["check"] for c in initial["checks"] if not c["success"]}
     assert "event uniqueness: no snapshot_rerun events" in failed
     assert not any(c["dataset"] == "differences" and not c["success"] for c in initial["checks"]), initial
-    assert outcome(config, result.run_id, run_state.AFTER_REPAIR)["success"]
+    assert outcome(config, result.run_id, Phase.AFTER_REPAIR)["success"]
     for name in ("decide_repair", "reconcile", "validate_repaired", "confirm_repair", "publish_lake_table"):
         assert task(result, name) == "success", (name, result.tasks)
 
@@ -200,7 +201,7 @@ def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_a
     assert task(result, "reconcile") == "success"
     assert task(result, "confirm_repair") == "failed"
     assert task(result, "publish_lake_table") in ("upstream_failed", "skipped")
-    counts = outcome(config, result.run_id, run_state.BEFORE_REPAIR)["counts"]
+    counts = outcome(config, result.run_id, Phase.BEFORE_REPAIR)["counts"]
     assert (counts["missing"], counts["stale"], counts["extra"]) == (4, 3, 2), counts
     with checkpoints.connect(config.pg_dsn) as conn:
         assert run_state.audit_counts(conn, result.run_id, TABLE) == {"extra": 2, "missing": 4, "stale": 3}

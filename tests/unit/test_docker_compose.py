@@ -418,10 +418,10 @@ def test_ports_bind_localhost_and_are_configurable(services: dict[str, dict[str,
 
 
 def test_airflow_defines_what_the_dag_reads(services: dict[str, dict[str, Any]]) -> None:
-    """The connection ids and variable names in cdc_reconcile.orchestration, each defined once."""
+    """The connection ids and variable names in cdc_reconcile.orchestration.tasks, each defined once."""
     import json
 
-    from cdc_reconcile import orchestration
+    from cdc_reconcile.orchestration import tasks as orchestration
 
     environment = env(services["airflow"])
     for conn_id in (orchestration.STATE_CONN, orchestration.SOURCE_CONN, orchestration.KAFKA_CONN, "spark_default"):

@@ -50,7 +50,7 @@ def run(spark, tmp_path, data, snapshot_rows, counts=None):
         data,
         table="public.order_lines",
         run_id="manual__2026-11-22T00:00:00+00:00",
-        phase="initial",
+        phase="before_repair",
         key=KEY,
         parameters={"snapshot_row_count": snapshot_rows, "lake_columns": [*COLUMNS, *CDC_COLUMNS]},
         counts=counts or {},

@@ -14,6 +14,7 @@ import sys
 
 from cdc_reconcile import checkpoints, run_state
 from cdc_reconcile.config import ConfigError, load_config
+from cdc_reconcile.phase import Phase
 from cdc_reconcile.pipeline import PipelineError, TableLake, validate
 from cdc_reconcile.spark import build_session
 
@@ -24,7 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--lake-root", required=True)
     parser.add_argument("--gx-root", required=True, help="Great Expectations project folder (stores, Data Docs)")
-    parser.add_argument("--phase", choices=sorted(run_state.PHASES), default="initial")
+    parser.add_argument("--phase", type=Phase, choices=list(Phase), default=Phase.BEFORE_REPAIR)
     parser.add_argument("--state-dsn", default=os.environ.get("CDC_STATE_DSN"), help="where results are recorded")
     parser.add_argument("--tables-config", default=None)
     return parser.parse_args(argv)
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     if args.state_dsn:
         with checkpoints.connect(args.state_dsn) as conn:
-            run_state.record_suite_outcome(conn, outcome.as_dict(), run_state.PHASES[args.phase])
+            run_state.record_suite_outcome(conn, outcome.as_dict(), args.phase)
     print(json.dumps(outcome.as_dict(), default=str))
     return 0
 

@@ -1,4 +1,4 @@
--- Pipeline state in PostgreSQL (DESIGN.md section 4): offset ranges and run state keyed by DAG run,
+-- Pipeline state in PostgreSQL: offset ranges and run state keyed by DAG run,
 -- snapshot metadata, expectation results and the repair audit. Idempotent; applied in one
 -- transaction under an advisory lock by checkpoints.ensure_state_schema(), because concurrent
 -- CREATE ... IF NOT EXISTS statements can still collide on the catalog.
@@ -56,14 +56,31 @@ CREATE TABLE IF NOT EXISTS cdc_reconcile.expectation_results (
     id          bigserial   PRIMARY KEY,
     run_id      text        NOT NULL,
     table_name  text        NOT NULL,
-    attempt     integer     NOT NULL DEFAULT 1,
+    phase       text        NOT NULL CHECK (phase IN ('before_repair', 'after_repair')),
     suite       text        NOT NULL,
     success     boolean     NOT NULL,
     results     jsonb       NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
+-- Migration: results once carried an integer ``attempt`` (1 before repair, 2 after), a name that
+-- clashed with Airflow's try number. Rename it to ``phase`` with the words the code uses.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'cdc_reconcile'
+               AND table_name = 'expectation_results' AND column_name = 'attempt') THEN
+        ALTER TABLE cdc_reconcile.expectation_results ADD COLUMN IF NOT EXISTS phase text;
+        UPDATE cdc_reconcile.expectation_results
+           SET phase = CASE attempt WHEN 1 THEN 'before_repair' ELSE 'after_repair' END;
+        DROP INDEX IF EXISTS cdc_reconcile.expectation_results_run;
+        ALTER TABLE cdc_reconcile.expectation_results DROP COLUMN attempt;
+        ALTER TABLE cdc_reconcile.expectation_results ALTER COLUMN phase SET NOT NULL;
+        ALTER TABLE cdc_reconcile.expectation_results
+            ADD CONSTRAINT expectation_results_phase_check CHECK (phase IN ('before_repair', 'after_repair'));
+    END IF;
+END
+$$;
 CREATE INDEX IF NOT EXISTS expectation_results_run
-    ON cdc_reconcile.expectation_results (run_id, table_name, attempt);
+    ON cdc_reconcile.expectation_results (run_id, table_name, phase);
 
 CREATE TABLE IF NOT EXISTS cdc_reconcile.repair_audit (
     id           bigserial   PRIMARY KEY,

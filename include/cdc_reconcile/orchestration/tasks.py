@@ -21,9 +21,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import checkpoints, run_state, storage
+from .. import checkpoints, run_state, storage
+from ..config import ConfigError, TableConfig, load_config
+from ..phase import Phase
 from .alerts import OUTCOME_KEY
-from .config import ConfigError, TableConfig, load_config
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def jdbc_url(connection: Any) -> str:
 
 def spark_jars() -> str:
     """The Kafka and JDBC jars for spark-submit's ``--jars``, as ``$CDC_SPARK_JARS`` names them."""
-    from .spark import spark_jars as configured_jars
+    from ..spark import spark_jars as configured_jars
 
     return ",".join(configured_jars())
 
@@ -197,11 +198,10 @@ def seal_offsets(table_name: str, run_id: str, timeout: float = 300.0) -> dict[s
     }
 
 
-def _suite_outcome(conn, run_id: str, table: str, attempt: int) -> dict[str, Any]:
-    outcome = run_state.latest_suite_outcome(conn, run_id, table, attempt)
+def _suite_outcome(conn, run_id: str, table: str, phase: Phase) -> dict[str, Any]:
+    outcome = run_state.latest_suite_outcome(conn, run_id, table, phase)
     if outcome is None:
-        phase = "before" if attempt == run_state.BEFORE_REPAIR else "after"
-        raise RunFailed(f"{table}: no suite result {phase} repair for run {run_id!r}; its validate task must run")
+        raise RunFailed(f"{table}: no suite result {phase.label} for run {run_id!r}; its validate task must run")
     return outcome
 
 
@@ -212,10 +212,10 @@ def decide_repair(table_name: str, run_id: str, mode: str, ti: Any) -> dict[str,
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
     with state_connection() as conn:
-        initial = _suite_outcome(conn, run_id, table_name, run_state.BEFORE_REPAIR)
-    if initial["success"]:
+        before = _suite_outcome(conn, run_id, table_name, Phase.BEFORE_REPAIR)
+    if before["success"]:
         raise AirflowSkipException(f"{table_name}: the suite passed, nothing to repair")
-    found = initial["counts"]
+    found = before["counts"]
     if mode == "check_only":
         ti.xcom_push(
             key=OUTCOME_KEY,
@@ -223,8 +223,8 @@ def decide_repair(table_name: str, run_id: str, mode: str, ti: Any) -> dict[str,
                 "table": table_name,
                 "reason": "the suite failed; check-only mode, nothing repaired",
                 "found": found,
-                "initial": initial,
-                "data_docs": initial.get("data_docs"),
+                Phase.BEFORE_REPAIR.value: before,
+                "data_docs": before.get("data_docs"),
             },
         )
         raise RunFailed(f"{table_name}: the suite failed in check-only mode: {found}")
@@ -234,16 +234,16 @@ def decide_repair(table_name: str, run_id: str, mode: str, ti: Any) -> dict[str,
 def confirm_repair(table_name: str, run_id: str, dry_run: bool, ti: Any) -> dict[str, Any]:
     """After reconcile and the second validate: succeed (warning alert) or fail (critical alert)."""
     with state_connection() as conn:
-        initial = _suite_outcome(conn, run_id, table_name, run_state.BEFORE_REPAIR)
-        after = _suite_outcome(conn, run_id, table_name, run_state.AFTER_REPAIR)
+        before = _suite_outcome(conn, run_id, table_name, Phase.BEFORE_REPAIR)
+        after = _suite_outcome(conn, run_id, table_name, Phase.AFTER_REPAIR)
         audit = run_state.audit_counts(conn, run_id, table_name)
     outcome = {
         "table": table_name,
-        "found": initial["counts"],
+        "found": before["counts"],
         "repaired": {} if dry_run else audit,
         "audit": audit,
-        "initial": initial,
-        "after_repair": after,
+        Phase.BEFORE_REPAIR.value: before,
+        Phase.AFTER_REPAIR.value: after,
         "data_docs": after.get("data_docs"),
     }
     if dry_run:

@@ -15,7 +15,8 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
-from .suite import describe
+from ..phase import Phase
+from ..suite import describe
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,10 @@ def alert_message(
         lines.append("found: " + ", ".join(f"{k} {v}" for k, v in found.items()))
     if repaired:
         lines.append("repaired: " + ", ".join(f"{k} {v}" for k, v in repaired.items()))
-    for phase in ("initial", "after_repair"):
-        checks = outcome.get(phase)
+    for phase in Phase:
+        checks = outcome.get(phase.value)
         if checks and not checks.get("success", True):
-            lines.append(f"failed checks ({phase.replace('_', ' ')}):")
+            lines.append(f"failed checks ({phase.label}):")
             lines.extend(f"  {line}" for line in describe(checks).splitlines())
     if error:
         lines.append(f"error: {error}")
