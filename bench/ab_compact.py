@@ -1,4 +1,4 @@
-"""A/B of ``pipeline.compact`` on one real Kafka range: one read task per topic partition vs all cores.
+"""A/B of ``TableRun.compact`` on one real Kafka range: one read task per topic partition vs all cores.
 
 Compacts the whole topic (earliest to latest committed offset) into a fresh lake per attempt,
 alternating the variants in one Spark session, so machine load hits both alike. ``snapshot`` is the
@@ -21,7 +21,8 @@ from bench import stats
 from bench.bench import BENCH_TABLE, KEY
 from cdc_dev.stack import StackConfig
 from cdc_dev.stack.topics import high_watermarks
-from cdc_reconcile import pipeline
+from cdc_reconcile.config import TableConfig
+from cdc_reconcile.run import RunSettings, TableRun
 from cdc_reconcile.spark import build_session, spark_jars
 
 
@@ -48,19 +49,14 @@ def main() -> None:
     try:
         for attempt in range(args.repeats):
             for name, min_partitions in variants.items():
-                lake = pipeline.TableLake(work / f"lake-{attempt}-{min_partitions}", BENCH_TABLE)
+                settings = RunSettings(
+                    lake_root=str(work / f"lake-{attempt}-{min_partitions}"), bootstrap_servers=args.bootstrap
+                )
+                run = TableRun(TableConfig(BENCH_TABLE, tuple(KEY)), args.run_id, settings, spark=spark)
+                lake = run.lake
                 shutil.copytree(args.snapshot, lake.snapshot)
                 began = time.perf_counter()
-                summary = pipeline.compact(
-                    spark,
-                    lake=lake,
-                    run_id=args.run_id,
-                    key=list(KEY),
-                    bootstrap=args.bootstrap,
-                    starting=starting,
-                    ending=ending,
-                    kafka_min_partitions=min_partitions,
-                )
+                summary = run.compact(offsets=(starting, ending), kafka_min_partitions=min_partitions)
                 times[name].append(time.perf_counter() - began)
                 print(f"{name}: {times[name][-1]:.2f} s, {summary['records']:,} records", flush=True)
                 shutil.rmtree(lake.root, ignore_errors=True)

@@ -41,9 +41,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench import stats
 from cdc_dev.stack import Stack, StackConfig
 from cdc_reconcile import checkpoints, storage
-from cdc_reconcile.config import TableConfig
-from cdc_reconcile.pipeline import TableLake, check, compact
-from cdc_reconcile.snapshot import snapshot_table
+from cdc_reconcile.config import PipelineConfig, TableConfig
+from cdc_reconcile.lake import TableLake
+from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
 
 log = logging.getLogger("bench")
 
@@ -362,75 +362,42 @@ class Bench:
         log.info("%s", {k: v for k, v in fields.items() if k not in ("samples", "baseline_samples")})
         self.saved()
 
+    def run(self, run_id: str) -> TableRun:
+        """The run object of the bench table, as the DAG's tasks and jobs build it."""
+        cfg = self.config
+        settings = RunSettings(
+            lake_root=str(self.lake),
+            state_dsn=cfg.pg_dsn,
+            bootstrap_servers=cfg.bootstrap_servers,
+            source=SourceDatabase(dsn=cfg.pg_dsn, jdbc_url=cfg.pg_jdbc_url, user=cfg.pg_user, password=cfg.pg_password),
+            pipeline=PipelineConfig(tables=(self.table,), topic_prefix="cdc", watermark_table=WATERMARK_TABLE),
+        )
+        return TableRun(self.table, run_id, settings, spark=self.spark)
+
     def snapshot(self, run_id: str) -> int:
         """snapshot_source alone: the measured step (rows written)."""
-        return self._snapshot(run_id).rows
+        return self.run(run_id).snapshot(partitions=self.args.jdbc_partitions).rows
 
-    def _snapshot(self, run_id: str) -> Any:
-        return snapshot_table(
-            self.spark,
-            self.table,
-            dsn=self.config.pg_dsn,
-            jdbc_url=self.config.pg_jdbc_url,
-            user=self.config.pg_user,
-            password=self.config.pg_password,
-            lake_root=self.lake,
-            run_id=run_id,
-            partitions=self.args.jdbc_partitions,
-        )
-
-    def open_and_snapshot(self, conn: psycopg.Connection, run_id: str) -> tuple[dict[str, Any], int]:
-        """checkpoint_offsets, snapshot_source and the snapshot's record, as the DAG runs them."""
-        bootstrap = self.config.bootstrap_servers
-        checkpoints.open_range(
-            conn, run_id, self.table.name, self.table.topic, checkpoints.list_partitions(bootstrap, self.table.topic)
-        )
-        result = self._snapshot(run_id)
-        meta = result.metadata
-        checkpoints.record_snapshot(conn, run_id, self.table.name, checkpoints.snapshot_fields(meta))
-        return meta, result.rows
-
-    def seal(self, conn: psycopg.Connection, run_id: str, timeout: float) -> checkpoints.OffsetRange:
-        return checkpoints.seal_offsets(
-            conn,
-            bootstrap=self.config.bootstrap_servers,
-            run_id=run_id,
-            table=self.table.name,
-            watermark_table=WATERMARK_TABLE,
-            watermark_topic=f"{self.table.topic_prefix}.{WATERMARK_TABLE}",
-            timeout=timeout,
-        )
-
-    def compact(self, run_id: str, sealed: checkpoints.OffsetRange) -> dict[str, Any]:
-        starting, ending = sealed.as_spark_json()
-        return compact(
-            self.spark,
-            lake=TableLake(self.lake, self.table.name),
-            run_id=run_id,
-            key=self.table.key,
-            bootstrap=self.config.bootstrap_servers,
-            starting=starting,
-            ending=ending,
-        )
-
-    def hourly_run(self, conn: psycopg.Connection, run_id: str, timeout: float) -> dict[str, Any]:
-        """checkpoint -> snapshot -> seal -> compact -> check, as tests/integration/test_engine.py runs them."""
+    def hourly_run(self, run_id: str, timeout: float) -> dict[str, Any]:
+        """open -> snapshot -> seal -> compact -> check, the DAG run's steps in one warm session."""
+        run = self.run(run_id)
         steps: dict[str, float] = {}
         began = time.perf_counter()
-        t, (_, rows) = timed(lambda: self.open_and_snapshot(conn, run_id))
-        steps["checkpoint+snapshot"] = t
-        t, sealed = timed(lambda: self.seal(conn, run_id, timeout))
+        t, _ = timed(run.open)
+        steps["checkpoint"] = t
+        t, snapshot = timed(lambda: run.snapshot(partitions=self.args.jdbc_partitions))
+        steps["snapshot"] = t
+        t, _ = timed(lambda: run.seal(timeout=timeout))
         steps["seal"] = t
-        t, summary = timed(lambda: self.compact(run_id, sealed))
+        t, summary = timed(run.compact)
         steps["compact"] = t
-        t, (report, _) = timed(
-            lambda: check(self.spark, lake=TableLake(self.lake, self.table.name), run_id=run_id, key=KEY)
-        )
+        t, (report, diff) = timed(run.check)
+        diff.unpersist()
         steps["check"] = t
         return {
             "wall": time.perf_counter() - began,
             "steps": steps,
-            "rows": rows,
+            "rows": snapshot.rows,
             "summary": summary,
             "report": report.as_dict(),
         }
@@ -466,8 +433,10 @@ def run_size(b: Bench, n: int) -> None:
             # run 0: the initial load (N snapshot events). Seal first, so Debezium's own snapshot has
             # finished and does not compete with the measured steps for the two cores.
             t0 = time.perf_counter()
-            b.open_and_snapshot(state, "r0")
-            sealed0 = b.seal(state, "r0", timeout)
+            first = b.run("r0")
+            first.open()
+            first.snapshot(partitions=args.jdbc_partitions)
+            sealed0 = first.seal(timeout=timeout)
             w.seconds["initial_events_landed"] = time.perf_counter() - t0
             snap_t: list[float] = []
             copy_t: list[float] = []
@@ -495,7 +464,7 @@ def run_size(b: Bench, n: int) -> None:
             for _ in range(repeats):
                 t, records = timed(lambda: raw_count(cfg.bootstrap_servers, b.table.topic, start0, end0))
                 raw_t.append(t)
-                t, summary0 = timed(lambda: b.compact("r0", sealed0))
+                t, summary0 = timed(lambda: b.run("r0").compact())
                 comp_t.append(t)
             b.record(
                 size=n,
@@ -507,8 +476,9 @@ def run_size(b: Bench, n: int) -> None:
                 baseline_samples=raw_t,
                 summary=summary0,
             )
-            _, report0 = timed(lambda: check(b.spark, lake=TableLake(b.lake, b.table.name), run_id="r0", key=KEY))
-            log.info("r0 check: %s", report0[0].as_dict())
+            report0, diff0 = b.run("r0").check()
+            diff0.unpersist()
+            log.info("r0 check: %s", report0.as_dict())
 
             # the changes of one hour, then exact redeliveries of a share of them
             w.seconds["apply_changes"] = apply_changes(pg, w)
@@ -521,7 +491,7 @@ def run_size(b: Bench, n: int) -> None:
             runs = []
             for _ in range(repeats):
                 with PeakRss() as rss:
-                    result = b.hourly_run(state, "r1", timeout)
+                    result = b.hourly_run("r1", timeout)
                 result["peak_driver_jvm_rss_mib"] = rss.peak_jvm / 2**20
                 result["peak_python_rss_mib"] = rss.peak_python / 2**20
                 runs.append(result)

@@ -1,4 +1,4 @@
-"""Where ``pipeline.compact`` spends its time, action by action, on real Debezium records without Kafka.
+"""Where ``TableRun.compact`` spends its time, action by action, on real Debezium records without Kafka.
 
 Takes the bronze ``events`` of a bench lake (real records: ``raw_value`` is the message as the JSON
 converter wrote it) and the run's ``snapshot`` folder, rebuilds the Kafka records (key re-wrapped in
@@ -23,7 +23,10 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from cdc_reconcile import pipeline, storage
+from cdc_reconcile import run as run_module
+from cdc_reconcile import storage
+from cdc_reconcile.config import TableConfig
+from cdc_reconcile.run import RunSettings, TableRun
 from cdc_reconcile.spark import build_session
 
 KEY_SCHEMA = (
@@ -58,7 +61,7 @@ def main() -> None:
     records = spark.read.parquet(str(records_dir)).cache()
     n = records.count()
     print(f"{n:,} records", flush=True)
-    pipeline.read_kafka_range = lambda *_a, **_k: records  # type: ignore[assignment]
+    run_module.read_kafka_range = lambda *_a, **_k: records  # type: ignore[assignment]
 
     timings: dict[str, list[float]] = defaultdict(list)
     jobs: dict[str, int] = defaultdict(int)
@@ -83,12 +86,17 @@ def main() -> None:
     for attempt in range(args.repeats):
         lake_root = work / f"lake-{attempt}"
         shutil.rmtree(lake_root, ignore_errors=True)
-        lake = pipeline.TableLake(lake_root, "public.bench_rows")
-        shutil.copytree(args.snapshot, lake.snapshot)
+        run = TableRun(
+            TableConfig("public.bench_rows", ("id",)),
+            "r0",
+            RunSettings(lake_root=str(lake_root), bootstrap_servers=""),
+            spark=spark,
+        )
+        shutil.copytree(args.snapshot, run.lake.snapshot)
         spark.sparkContext.setJobGroup("compact", "compact")
         before = len(tracker.getJobIdsForGroup("compact"))
         began = time.perf_counter()
-        summary = pipeline.compact(spark, lake=lake, run_id="r0", key=["id"], bootstrap="", starting="{}", ending="{}")
+        summary = run.compact(offsets=("{}", "{}"))
         total = time.perf_counter() - began
         totals.append(total)
         print(

@@ -1,6 +1,6 @@
 """A consistent snapshot of one source table, read over JDBC in parallel, published as Parquet.
 
-Why it is built this way (DESIGN.md sections 5 and 6):
+Why it is built this way:
 
 * Parallel JDBC partitions are separate connections. They describe one point in time only if they
   all import the same snapshot: a psycopg connection opens a REPEATABLE READ transaction, exports its
@@ -37,8 +37,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import storage
-from .config import TableConfig, load_config
+from .config import TableConfig
 from .debezium import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
+from .errors import InputError, UnreachableError
 from .visibility import PgSnapshot
 
 DEFAULT_FETCH_SIZE = 10_000
@@ -55,8 +56,12 @@ DATASET = "snapshot"
 APPLICATION_NAME = "cdc-reconcile-snapshot"  # how the exporting session shows in pg_stat_activity
 
 
-class SnapshotError(RuntimeError):
+class SnapshotError(InputError):
     """The snapshot cannot be taken for a reason the user can fix; the message says which."""
+
+
+class SourceUnavailable(SnapshotError, UnreachableError):
+    """The source database did not answer."""
 
 
 @dataclass(frozen=True)
@@ -154,11 +159,6 @@ def parse_lsn(text: str) -> int:
         raise ValueError(f"not a pg_lsn: {text!r}") from exc
 
 
-def resolve_table(name: str, tables_config: str | Path | None = None) -> TableConfig:
-    """The configured table called ``name``; unknown names never reach SQL (ConfigError names the known ones)."""
-    return load_config(tables_config).table(name)
-
-
 def dataset_path(lake_root: str | Path, table: str) -> str:
     """Where a table's snapshot dataset lives: ``<lake_root>/<schema.table>/snapshot``."""
     return str(Path(lake_root) / table / DATASET)
@@ -215,7 +215,7 @@ def _connect(dsn: str, user: str | None, password: str | None, connect_timeout: 
         )
     except psycopg.OperationalError as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SnapshotError(
+        raise SourceUnavailable(
             f"cannot connect to PostgreSQL at {_describe_dsn(dsn)}: {detail}. "
             "Is the database running (cdc-stack status), and are --dsn, --user and --password right?"
         ) from exc

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 JARS_ENV = "CDC_SPARK_JARS"
 
@@ -40,6 +42,8 @@ def build_session(
 
     ``jars`` defaults to :func:`spark_jars` (``$CDC_SPARK_JARS``).
     """
+    from pyspark.sql import SparkSession
+
     jars = spark_jars() if jars is None else list(jars)
     builder = SparkSession.builder.appName(app_name)
     if master:

@@ -1,4 +1,4 @@
-"""The expectation suite (DESIGN.md section 7), as Great Expectations code run on Spark DataFrames.
+"""The expectation suite, as Great Expectations code run on Spark DataFrames.
 
 Five datasets of one run are validated, each by its own suite:
 
@@ -29,9 +29,10 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 SUITE = "cdc_reconciliation"
 DATASETS = ("lake_as_of", "lake_table", "changelog", "differences", "source_values")
@@ -214,6 +215,16 @@ def run_suite(
         counts=dict(counts),
         checks=checks,
         data_docs=str(data_docs_index(root)),
+    )
+
+
+def source_values_dataset(spark: SparkSession, counts: Mapping[str, int]) -> DataFrame:
+    """The ``source_values`` dataset: one row per value the lake cannot hold, named by its column."""
+    from pyspark.sql import functions as F
+
+    per_column = spark.createDataFrame(list(counts.items()), f"{UNREPRESENTABLE_COLUMN} string, n long")
+    return per_column.select(UNREPRESENTABLE_COLUMN, F.explode(F.sequence(F.lit(1), F.col("n")))).select(
+        UNREPRESENTABLE_COLUMN
     )
 
 

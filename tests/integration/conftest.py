@@ -18,7 +18,7 @@ from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import REPO_ROOT
 from cdc_reconcile import checkpoints, storage
 from cdc_reconcile.config import TableConfig, load_config
-from cdc_reconcile.pipeline import TableLake, check, compact
+from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
 
 TEST_ENV = {
     "CDC_RUN_DIR": os.environ.get("CDC_TEST_RUN_DIR", str(REPO_ROOT / ".run" / "test-stack")),
@@ -117,21 +117,23 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-def take_snapshot(spark, config: StackConfig, table, lake: Path, run_id: str, partitions: int = 4):
-    """The snapshot job's library call against the test stack's database."""
-    from cdc_reconcile.snapshot import snapshot_table
-
-    return snapshot_table(
-        spark,
-        table,
-        dsn=config.pg_dsn,
-        jdbc_url=config.pg_jdbc_url,
-        user=config.pg_user,
-        password=config.pg_password,
-        lake_root=lake,
-        run_id=run_id,
-        partitions=partitions,
+def table_run(spark, config: StackConfig, table: TableConfig, lake: Path, run_id: str) -> TableRun:
+    """The run object against the test stack's services, as the DAG's tasks and jobs build it."""
+    settings = RunSettings(
+        lake_root=str(lake),
+        state_dsn=config.pg_dsn,
+        bootstrap_servers=config.bootstrap_servers,
+        source=SourceDatabase(
+            dsn=config.pg_dsn, jdbc_url=config.pg_jdbc_url, user=config.pg_user, password=config.pg_password
+        ),
+        pipeline=load_config(),
     )
+    return TableRun(table, run_id, settings, spark=spark)
+
+
+def take_snapshot(spark, config: StackConfig, table, lake: Path, run_id: str, partitions: int = 4):
+    """The snapshot step against the test stack's database."""
+    return table_run(spark, config, table, lake, run_id).snapshot(partitions=partitions)
 
 
 def eventually(check: Callable[[], object], *, timeout: float, what: str, interval: float = 0.5) -> object:
@@ -147,45 +149,20 @@ def eventually(check: Callable[[], object], *, timeout: float, what: str, interv
 
 
 def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, watermark_topic: str | None = None):
-    """checkpoint_offsets -> snapshot_source -> seal_offsets -> compact_cdc -> diff, as the DAG runs them.
+    """open -> snapshot -> seal -> compact -> check, the steps of the DAG's run, through the run object.
 
     The first run into an empty lake is a full rescan (the DAG's ``full_rescan``): other test modules
     may have sealed ranges of the same table for their own lakes.
     """
-    pipeline = load_config()
-    bootstrap = config.bootstrap_servers
-    table_lake = TableLake(lake, table.name)
-    full_rescan = storage.current_version(table_lake.table) is None
-    with checkpoints.connect(config.pg_dsn) as conn:
-        checkpoints.ensure_state_schema(conn)
-        eventually(lambda: _topic_exists(bootstrap, table.topic), timeout=60, what=f"topic {table.topic}")
-        partitions = checkpoints.list_partitions(bootstrap, table.topic)
-        earliest = checkpoints.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
-        checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
-        result = take_snapshot(spark, config, table, lake, run_id, partitions=2)
-        meta = result.metadata
-        checkpoints.record_snapshot(conn, run_id, table.name, checkpoints.snapshot_fields(meta))
-        sealed = checkpoints.seal_offsets(
-            conn,
-            bootstrap=bootstrap,
-            run_id=run_id,
-            table=table.name,
-            watermark_table=pipeline.watermark_table,
-            watermark_topic=watermark_topic or f"{table.topic_prefix}.{pipeline.watermark_table}",
-            timeout=180,
-        )
-    starting, ending = sealed.as_spark_json()
-    summary = compact(
-        spark,
-        lake=table_lake,
-        run_id=run_id,
-        key=table.key,
-        bootstrap=bootstrap,
-        starting=starting,
-        ending=ending,
-        full_rescan=full_rescan,
-    )
-    report, _ = check(spark, lake=table_lake, run_id=run_id, key=table.key)
+    run = table_run(spark, config, table, lake, run_id)
+    full_rescan = storage.current_version(run.lake.table) is None
+    eventually(lambda: _topic_exists(config.bootstrap_servers, table.topic), timeout=60, what=f"topic {table.topic}")
+    run.open(full_rescan=full_rescan)
+    run.snapshot(partitions=2)
+    sealed = run.seal(timeout=180, watermark_topic=watermark_topic)
+    summary = run.compact(full_rescan=full_rescan)
+    report, diff = run.check()
+    diff.unpersist()
     return summary, report, sealed
 
 

@@ -29,7 +29,7 @@ from cdc_dev.stack.connect import connector_config
 from cdc_dev.stack.topics import read_topic
 from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig
-from cdc_reconcile.pipeline import TableLake
+from cdc_reconcile.lake import TableLake
 
 from .conftest import eventually, run_once
 

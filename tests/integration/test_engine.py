@@ -23,9 +23,9 @@ from cdc_dev.stack.topics import read_topic, unwrap
 from cdc_reconcile import checkpoints, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
-from cdc_reconcile.pipeline import TableLake, check, compact, reconcile
+from cdc_reconcile.lake import TableLake
 
-from .conftest import eventually, run_once
+from .conftest import eventually, run_once, table_run
 
 pytestmark = pytest.mark.integration
 
@@ -70,16 +70,8 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     assert report.clean, report.as_dict()
     table_lake = TableLake(lake, table.name)
     written = _file_hashes(table_lake.base)
-    starting, ending = sealed.as_spark_json()
-    compact(
-        spark,
-        lake=table_lake,
-        run_id="lost-0",
-        key=table.key,
-        bootstrap=config.bootstrap_servers,
-        starting=starting,
-        ending=ending,
-    )  # not told whether lost-0 was a full rescan: the run's recorded choice holds
+    # not told whether lost-0 was a full rescan: the run's recorded choice holds
+    table_run(spark, config, table, lake, "lost-0").compact(offsets=sealed.as_spark_json())
     assert _file_hashes(table_lake.base) == written, "compacting the same range again rewrites identical datasets"
     with pg.transaction():
         stale_ids = [r[0] for r in pg.execute("SELECT id FROM public.customers ORDER BY id LIMIT 3")]
@@ -103,20 +95,21 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     assert report.counts == {MISSING: 4, STALE: 3, EXTRA: 2}, report.as_dict()
     assert sorted(s["id"] for s in report.samples[MISSING]) == sorted(missing_ids)
 
-    dry = reconcile(spark, lake=table_lake, run_id="lost-1", key=table.key, dry_run=True)
+    lost_1 = table_run(spark, config, table, lake, "lost-1")
+    dry = lost_1.reconcile(dry_run=True)
     assert dry["audit"] == {MISSING: 4, STALE: 3, EXTRA: 2} and dry["repair_events"] == 0
-    assert not check(spark, lake=table_lake, run_id="lost-1", key=table.key)[0].clean
+    assert not lost_1.check()[0].clean
 
-    repaired = reconcile(spark, lake=table_lake, run_id="lost-1", key=table.key)
+    repaired = lost_1.reconcile()
     assert repaired["repair_events"] == 9
     audit = storage.read_partitions(spark, table_lake.audit, ["lost-1"])
     named = {(json.loads(r["key"])["id"], r["kind"]) for r in audit.collect()}
     assert named == {(i, MISSING) for i in missing_ids} | {(i, STALE) for i in stale_ids} | {
         (i, EXTRA) for i in extra_ids
     }
-    assert check(spark, lake=table_lake, run_id="lost-1", key=table.key)[0].clean
+    assert lost_1.check()[0].clean
 
-    again = reconcile(spark, lake=table_lake, run_id="lost-1", key=table.key)
+    again = lost_1.reconcile()
     assert again["repair_events"] == 9, "reconcile is idempotent: the same repairs, not doubled and not lost"
     lake_rows = {r["id"]: r for r in storage.read_current(spark, table_lake.table).collect()}
     with pg.cursor() as cur:
@@ -192,7 +185,7 @@ def test_worker_killed_during_initial_snapshot_yields_counted_snapshot_reruns(st
         )
         assert summary["duplicates"]["snapshot_rerun"] == rerun, (summary, rerun, dict(rounds))
         assert report.clean, report.as_dict()
-        result = reconcile(spark, lake=TableLake(lake, table.name), run_id="big-1", key=table.key)
+        result = table_run(spark, config, table, lake, "big-1").reconcile()
         assert result["audit"].get("snapshot_rerun") == rerun
         assert result["repair_events"] == 0
         lake_ids = storage.read_current(spark, TableLake(lake, table.name).table).select(F.count("*")).first()[0]

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc_dev.stack.topics import high_watermarks, read_topic
-from cdc_reconcile.pipeline import read_kafka_range
+from cdc_reconcile.run import read_kafka_range
 
 pytestmark = pytest.mark.integration
 

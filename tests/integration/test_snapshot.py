@@ -383,13 +383,13 @@ def test_errors_name_the_problem(config, pg, tmp_path):
     # Sessions of other tests' Spark jobs may still be closing; only the ones opened here count.
     before = _snapshot_sessions(pg)
     with pytest.raises(ConfigError, match=r"'public.nope' is not configured.*public.customers"):
-        snap_mod.resolve_table("public.nope")
+        load_config().table("public.nope")
 
     missing = tmp_path / "tables.yaml"
     missing.write_text("tables:\n  - name: public.not_there\n    key: [id]\n")
     with (
         pytest.raises(snap_mod.SnapshotError, match=r"public.not_there does not exist"),
-        snap_mod.exported_snapshot(config.pg_dsn, snap_mod.resolve_table("public.not_there", missing)),
+        snap_mod.exported_snapshot(config.pg_dsn, load_config(missing).table("public.not_there")),
     ):
         pass
 

@@ -28,5 +28,5 @@ def test_unreachable_broker_is_named_before_spark_starts(capsys):
     )
     err = capsys.readouterr().err
     assert code == 3
-    assert "compact_cdc for public.customers" in err and f"Kafka at {bootstrap} did not answer" in err
+    assert "compact_cdc: error: public.customers: " in err and f"Kafka at {bootstrap} did not answer" in err
     assert "Check that the broker is running" in err

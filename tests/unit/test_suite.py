@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_reconcile.compaction import CDC_COLUMNS
-from cdc_reconcile.pipeline import source_values_dataset
-from cdc_reconcile.suite import data_docs_index, describe, run_suite
+from cdc_reconcile.suite import data_docs_index, describe, run_suite, source_values_dataset
 
 KEY = ["order_id", "line_no"]
 COLUMNS = ["order_id", "line_no", "qty"]

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import yaml
 
+from ..errors import InputError
+
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """The table configuration is wrong; the message names the entry and the fix."""
 
 

@@ -1,63 +1,46 @@
-"""spark-submit entry point: run the expectation suite on one table's datasets of one run.
+"""Spark job ``validate``: run the expectation suite on one table's datasets of one run.
 
 Exits 0 when the suite ran, whether it passed or not: the verdict goes to the state database
 (``--state-dsn``) and to stdout as JSON, and the DAG decides from it. A suite that cannot run
-(missing dataset, unreachable state database) exits non-zero with a message.
+(missing dataset, unreachable state database) exits 2 or 3 with a message.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
-from cdc_reconcile import checkpoints, run_state
-from cdc_reconcile.config import ConfigError, load_config
+from cdc_reconcile.config import TableConfig
+from cdc_reconcile.jobs.job_cli import EXIT_DONE, job_parser, run_job, session, summary_line
 from cdc_reconcile.phase import Phase
-from cdc_reconcile.pipeline import PipelineError, TableLake, validate
-from cdc_reconcile.spark import build_session
+from cdc_reconcile.run import RunSettings, TableRun
+
+PROG = "validate"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="validate", description=__doc__.splitlines()[0])
-    parser.add_argument("--table", required=True, help="schema.table, as in the table configuration")
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--lake-root", required=True)
+def parse_args(argv: list[str] | None = None):
+    parser = job_parser(PROG, __doc__.splitlines()[0])
     parser.add_argument("--gx-root", required=True, help="Great Expectations project folder (stores, Data Docs)")
     parser.add_argument("--phase", type=Phase, choices=list(Phase), default=Phase.BEFORE_REPAIR)
-    parser.add_argument("--state-dsn", default=os.environ.get("CDC_STATE_DSN"), help="where results are recorded")
-    parser.add_argument("--tables-config", default=None)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        table = load_config(args.tables_config).table(args.table)
-    except ConfigError as exc:
-        print(f"validate: error: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(f"validate:{table.name}")
-    try:
-        outcome = validate(
-            spark,
-            lake=TableLake(args.lake_root, table.name),
-            run_id=args.run_id,
-            key=table.key,
-            gx_root=os.path.realpath(args.gx_root),
-            phase=args.phase,
+
+    def validate(table: TableConfig) -> int:
+        settings = RunSettings(
+            lake_root=args.lake_root, state_dsn=args.state_dsn, gx_root=os.path.realpath(args.gx_root)
         )
-    except PipelineError as exc:
-        print(f"validate: error: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        spark.stop()
-    if args.state_dsn:
-        with checkpoints.connect(args.state_dsn) as conn:
-            run_state.record_suite_outcome(conn, outcome.as_dict(), args.phase)
-    print(json.dumps(outcome.as_dict(), default=str))
-    return 0
+        run = TableRun(table, args.run_id, settings, spark=session(f"{PROG}:{table.name}", args))
+        try:
+            outcome = run.validate(args.phase)
+        finally:
+            run.spark.stop()
+        print(summary_line(outcome.as_dict()))
+        return EXIT_DONE
+
+    return run_job(PROG, args, validate)
 
 
 if __name__ == "__main__":

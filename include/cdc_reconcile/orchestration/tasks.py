@@ -10,7 +10,8 @@ Airflow objects used (names are fixed; the embedded stack defines all of them):
 * ``cdc_kafka`` (generic): ``host`` is the Kafka bootstrap servers;
 * ``cdc_alerts`` (http or smtp, optional): where alerts go;
 * ``spark_default`` (spark): the master for the Spark jobs (``local[*]`` by default);
-* variables ``cdc_lake_root`` (required) and ``cdc_gx_root`` (default: ``<lake root>/../great_expectations``).
+* variables ``cdc_lake_root`` (required) and ``cdc_gx_root`` (default: ``<lake root>/../great_expectations``,
+  rendered by the DAG's validate tasks).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import logging
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import checkpoints, run_state, storage
-from ..config import ConfigError, TableConfig, load_config
+from ..config import ConfigError, default_config, load_config
 from ..phase import Phase
 from .alerts import OUTCOME_KEY
+
+if TYPE_CHECKING:
+    from ..run import TableRun
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,10 @@ MODES = ("repair", "check_only")
 
 class RunFailed(RuntimeError):
     """The run found a problem it did not (or could not) repair; the alert names what."""
+
+    def __init__(self, message: str, *, outcome: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.outcome = dict(outcome or {})
 
 
 # -- Jinja macros for the Spark tasks' templated fields ------------------------------------------------
@@ -112,18 +119,11 @@ def _connection(conn_id: str) -> Any:
     return BaseHook.get_connection(conn_id)
 
 
-def state_connection():
-    """A psycopg connection to the state database, resolved through the Postgres provider's hook."""
+def state_dsn() -> str:
+    """The state database's libpq string, resolved through the Postgres provider's hook."""
     from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-    connection = PostgresHook(postgres_conn_id=STATE_CONN).get_connection(STATE_CONN)
-    conn = checkpoints.connect(libpq_dsn(connection))
-    checkpoints.ensure_state_schema(conn)
-    return conn
-
-
-def bootstrap_servers() -> str:
-    return kafka_bootstrap(_connection(KAFKA_CONN))
+    return libpq_dsn(PostgresHook(postgres_conn_id=STATE_CONN).get_connection(STATE_CONN))
 
 
 def lake_root() -> str:
@@ -132,14 +132,45 @@ def lake_root() -> str:
     return Variable.get(LAKE_ROOT_VAR)
 
 
-def gx_root() -> str:
-    from airflow.sdk import Variable
+def table_run(table_name: str, run_id: str) -> TableRun:
+    """The run object of one table for the Python tasks (no Spark): state and Kafka from the connections."""
+    from ..run import RunSettings, TableRun
 
-    default = str(Path(lake_root()).parent / "great_expectations")
-    return Variable.get(GX_ROOT_VAR, default=default)
+    config = load_config()
+    settings = RunSettings(
+        lake_root=lake_root(),
+        state_dsn=state_dsn(),
+        bootstrap_servers=kafka_bootstrap(_connection(KAFKA_CONN)),
+        pipeline=config,
+    )
+    return TableRun(config.table(table_name), run_id, settings)
+
+
+def recorded_outcomes(
+    table_name: str, run_id: str, phases: Sequence[Phase]
+) -> tuple[dict[Phase, dict[str, Any]], dict[str, int]]:
+    """The suite outcomes the run's validate tasks recorded (a missing one names its task), and the audit."""
+    from .. import run_state
+
+    found: dict[Phase, dict[str, Any]] = {}
+    with table_run(table_name, run_id).state() as conn:
+        for phase in phases:
+            outcome = run_state.latest_suite_outcome(conn, run_id, table_name, phase)
+            if outcome is None:
+                raise RunFailed(
+                    f"{table_name}: no suite result {phase.label} for run {run_id!r}; its validate task must run"
+                )
+            found[phase] = outcome
+        audit = run_state.audit_counts(conn, run_id, table_name)
+    return found, audit
 
 
 # -- the Python tasks ----------------------------------------------------------------------------------
+
+
+def configured_tables() -> list[str]:
+    """The shipped configuration's tables, for the trigger form (reads no file: safe at parse time)."""
+    return default_config().names
 
 
 def select_tables(requested: Sequence[str] | None) -> list[str]:
@@ -153,55 +184,68 @@ def select_tables(requested: Sequence[str] | None) -> list[str]:
     return [name for name in config.names if name in requested]
 
 
-def _table(name: str) -> TableConfig:
-    return load_config().table(name)
-
-
 def checkpoint_offsets(table_name: str, run_id: str, full_rescan: bool = False) -> dict[str, int]:
     """Open (or, for a cleared task, reuse) this run's offset range at the previous run's end.
 
     A full rescan opens it at the topic's earliest offsets instead.
     """
-    table = _table(table_name)
-    bootstrap = bootstrap_servers()
-    partitions = checkpoints.list_partitions(bootstrap, table.topic)
-    earliest = checkpoints.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
-    with state_connection() as conn:
-        starts = checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
+    starts = table_run(table_name, run_id).open(full_rescan=full_rescan)
     return {str(p): o for p, o in starts.items()}
 
 
 def seal_offsets(table_name: str, run_id: str, timeout: float = 300.0) -> dict[str, Any]:
     """Record the snapshot's metadata, then seal the range at a watermark committed after it."""
-    table = _table(table_name)
-    config = load_config()
-    snapshot_path = Path(lake_root()) / table.name / "snapshot"
-    metadata = storage.read_metadata(snapshot_path, storage.safe_name(run_id))
-    if metadata is None:
-        raise RunFailed(f"{table.name}: no snapshot of run {run_id!r} under {snapshot_path}; snapshot_source must run")
-    bootstrap = bootstrap_servers()
-    with state_connection() as conn:
-        checkpoints.record_snapshot(conn, run_id, table.name, checkpoints.snapshot_fields(metadata))
-        sealed = checkpoints.seal_offsets(
-            conn,
-            bootstrap=bootstrap,
-            run_id=run_id,
-            table=table.name,
-            watermark_table=config.watermark_table,
-            watermark_topic=f"{table.topic_prefix}.{config.watermark_table}",
-            timeout=timeout,
-        )
+    sealed = table_run(table_name, run_id).seal(timeout=timeout)
+    end = sealed.end or {}
     return {
         "start": {str(p): o for p, o in sealed.start.items()},
-        "end": {str(p): o for p, o in (sealed.end or {}).items()},
-        "offsets": sum((sealed.end or {}).get(p, o) - o for p, o in sealed.start.items()),
+        "end": {str(p): o for p, o in end.items()},
+        "offsets": sum(end.get(p, o) - o for p, o in sealed.start.items()),
     }
 
 
-def _suite_outcome(conn, run_id: str, table: str, phase: Phase) -> dict[str, Any]:
-    outcome = run_state.latest_suite_outcome(conn, run_id, table, phase)
-    if outcome is None:
-        raise RunFailed(f"{table}: no suite result {phase.label} for run {run_id!r}; its validate task must run")
+def repair_decision(table_name: str, mode: str, before: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What follows the first suite run: None (passed: skip repair), the counts to repair, or RunFailed.
+
+    In check-only mode a failed suite fails the run; the outcome for the critical alert rides on the
+    exception.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+    if before["success"]:
+        return None
+    found = before["counts"]
+    if mode == "check_only":
+        raise RunFailed(
+            f"{table_name}: the suite failed in check-only mode: {found}",
+            outcome={
+                "table": table_name,
+                "reason": "the suite failed; check-only mode, nothing repaired",
+                "found": found,
+                Phase.BEFORE_REPAIR.value: dict(before),
+                "data_docs": before.get("data_docs"),
+            },
+        )
+    return found
+
+
+def repair_verdict(
+    table_name: str, before: Mapping[str, Any], after: Mapping[str, Any], audit: Mapping[str, int], *, dry_run: bool
+) -> dict[str, Any]:
+    """The outcome after reconcile and the second suite run; it carries a ``reason`` when the run fails."""
+    outcome = {
+        "table": table_name,
+        "found": before["counts"],
+        "repaired": {} if dry_run else dict(audit),
+        "audit": dict(audit),
+        Phase.BEFORE_REPAIR.value: dict(before),
+        Phase.AFTER_REPAIR.value: dict(after),
+        "data_docs": after.get("data_docs"),
+    }
+    if dry_run:
+        outcome["reason"] = "dry run: nothing repaired; the audit lists what a repair would change"
+    elif not after["success"]:
+        outcome["reason"] = "the suite still fails after repair"
     return outcome
 
 
@@ -209,50 +253,26 @@ def decide_repair(table_name: str, run_id: str, mode: str, ti: Any) -> dict[str,
     """Skip the repair branch when the suite passed; fail (critical alert) in check-only mode."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    if mode not in MODES:
-        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
-    with state_connection() as conn:
-        before = _suite_outcome(conn, run_id, table_name, Phase.BEFORE_REPAIR)
-    if before["success"]:
+    before = recorded_outcomes(table_name, run_id, [Phase.BEFORE_REPAIR])[0][Phase.BEFORE_REPAIR]
+    try:
+        found = repair_decision(table_name, mode, before)
+    except RunFailed as failed:
+        ti.xcom_push(key=OUTCOME_KEY, value=failed.outcome)
+        raise
+    if found is None:
         raise AirflowSkipException(f"{table_name}: the suite passed, nothing to repair")
-    found = before["counts"]
-    if mode == "check_only":
-        ti.xcom_push(
-            key=OUTCOME_KEY,
-            value={
-                "table": table_name,
-                "reason": "the suite failed; check-only mode, nothing repaired",
-                "found": found,
-                Phase.BEFORE_REPAIR.value: before,
-                "data_docs": before.get("data_docs"),
-            },
-        )
-        raise RunFailed(f"{table_name}: the suite failed in check-only mode: {found}")
     return found
 
 
 def confirm_repair(table_name: str, run_id: str, dry_run: bool, ti: Any) -> dict[str, Any]:
     """After reconcile and the second validate: succeed (warning alert) or fail (critical alert)."""
-    with state_connection() as conn:
-        before = _suite_outcome(conn, run_id, table_name, Phase.BEFORE_REPAIR)
-        after = _suite_outcome(conn, run_id, table_name, Phase.AFTER_REPAIR)
-        audit = run_state.audit_counts(conn, run_id, table_name)
-    outcome = {
-        "table": table_name,
-        "found": before["counts"],
-        "repaired": {} if dry_run else audit,
-        "audit": audit,
-        Phase.BEFORE_REPAIR.value: before,
-        Phase.AFTER_REPAIR.value: after,
-        "data_docs": after.get("data_docs"),
-    }
-    if dry_run:
-        outcome["reason"] = "dry run: nothing repaired; the audit lists what a repair would change"
-    elif not after["success"]:
-        outcome["reason"] = "the suite still fails after repair"
+    recorded, audit = recorded_outcomes(table_name, run_id, [Phase.BEFORE_REPAIR, Phase.AFTER_REPAIR])
+    outcome = repair_verdict(
+        table_name, recorded[Phase.BEFORE_REPAIR], recorded[Phase.AFTER_REPAIR], audit, dry_run=dry_run
+    )
     ti.xcom_push(key=OUTCOME_KEY, value=outcome)
     if "reason" in outcome:
-        raise RunFailed(f"{table_name}: {outcome['reason']}: {after['counts']}")
+        raise RunFailed(f"{table_name}: {outcome['reason']}: {recorded[Phase.AFTER_REPAIR]['counts']}")
     return {"found": outcome["found"], "repaired": audit}
 
 

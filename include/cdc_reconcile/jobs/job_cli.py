@@ -1,0 +1,78 @@
+"""What every Spark job shares: its arguments, its settings, and one exit-code contract.
+
+Exit codes (the same for every job; the DAG and the docs rely on them):
+
+* ``0`` done; the job printed one line of JSON;
+* ``1`` the check found differences (``reconcile --check-only``); ``validate`` records a failed suite
+  in the state database and exits 0, so the DAG decides what follows;
+* ``2`` bad input or configuration (an unknown table, a missing dataset, a range never sealed);
+* ``3`` a dependency did not answer (PostgreSQL, Kafka).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..config import load_config, parse_flag
+from ..errors import InputError, UnreachableError
+
+EXIT_DONE = 0
+EXIT_DIFFERENCES = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 3
+
+
+def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The arguments every job takes: which table, which run, where the lake and the state are."""
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--table", required=True, help="schema.table, as in the table configuration")
+    parser.add_argument("--run-id", required=True, help="the DAG run id; datasets are keyed by it")
+    parser.add_argument(
+        "--lake-root", default=env("CDC_LAKE_ROOT"), required=env("CDC_LAKE_ROOT") is None, help="the lake's root"
+    )
+    parser.add_argument(
+        "--state-dsn", default=env("CDC_STATE_DSN"), help="libpq connection string of the state database"
+    )
+    parser.add_argument(
+        "--tables-config",
+        default=None,
+        help="YAML table configuration (default: $CDC_TABLES_CONFIG, else the packaged tables.py)",
+    )
+    parser.add_argument("--master", default=None, help="Spark master when not run by spark-submit")
+    return parser
+
+
+def flag(parser: argparse.ArgumentParser, name: str, help_text: str) -> None:
+    """A boolean option that also takes a rendered template's ``True``/``False``."""
+    parser.add_argument(name, nargs="?", const=True, default=False, type=parse_flag, help=f"{help_text} (true/false)")
+
+
+def run_job(prog: str, args: argparse.Namespace, body: Callable[..., int]) -> int:
+    """Resolve the table, call ``body(table)``, and turn the errors a user can act on into exit codes."""
+    try:
+        table = load_config(args.tables_config).table(args.table)
+        return body(table)
+    except UnreachableError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except InputError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def session(app_name: str, args: argparse.Namespace):
+    """The job's SparkSession (``--master`` when not run by spark-submit)."""
+    from ..spark import build_session
+
+    return build_session(app_name, master=args.master)
+
+
+def summary_line(document: Any) -> str:
+    """What a job prints when it is done: one line of JSON."""
+    return json.dumps(document, default=str, sort_keys=True)

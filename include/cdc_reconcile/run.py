@@ -1,0 +1,490 @@
+"""One table, one run: the steps of the hourly run, written once.
+
+``TableRun`` is what the Airflow tasks, the Spark jobs, the integration tests and the bench call::
+
+    run = TableRun(table, run_id, settings, spark=spark)
+    run.open()          # checkpoint_offsets: the run's Kafka offset range opens at the previous end
+    run.snapshot()      # snapshot_source: a consistent JDBC snapshot of the source table
+    run.seal()          # seal_offsets: the snapshot recorded, the range sealed at a watermark after it
+    run.compact()       # compact_cdc: exactly the sealed range -> events, changelog, lake table
+    run.check()         # the point-in-time diff (what validate and reconcile are built on)
+    run.validate(phase) # the expectation suite, recorded in the state database
+    run.reconcile()     # repair events, duplicates resolved, the table re-folded, the audit recorded
+
+Every step is keyed by the run id, so running it again for the same run replaces what it wrote
+before and never adds to it. The inputs a step reads (the snapshot's metadata and rows, the previous
+table, earlier ranges) are loaded once per object and dropped when a step writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from . import checkpoints, run_state, storage
+from .config import PipelineConfig, TableConfig, default_config
+from .debezium import DecodeOptions
+from .errors import InputError
+from .lake import (
+    HISTORY_COLUMNS,
+    PipelineError,
+    SnapshotInfo,
+    TableLake,
+    history,
+    is_full_rescan,
+    previous_table,
+    run_changelog,
+    run_partition,
+    snapshot_info,
+    source_rows,
+    version_name,
+)
+from .phase import Phase
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from .diff import DiffReport
+    from .snapshot import SnapshotResult
+    from .suite import SuiteOutcome
+
+
+@dataclass(frozen=True)
+class SourceDatabase:
+    """How the snapshot reaches the source database: libpq for the exported snapshot, JDBC for Spark."""
+
+    dsn: str
+    jdbc_url: str
+    user: str
+    password: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Where this deployment's services and stores are. Each step needs only some of them."""
+
+    lake_root: str
+    state_dsn: str | None = None
+    bootstrap_servers: str | None = None
+    source: SourceDatabase | None = None
+    gx_root: str | None = None
+    decode_options: DecodeOptions = field(default_factory=DecodeOptions)
+    pipeline: PipelineConfig = field(default_factory=default_config)
+
+    @staticmethod
+    def require(value: Any, what: str) -> Any:
+        """``value``, or an error naming the setting the step needs."""
+        if value is None:
+            raise InputError(f"this step needs {what}, which was not given (see the job's --help)")
+        return value
+
+
+@dataclass
+class _Inputs:
+    """What the diff-based steps read, loaded once: the snapshot, its rows, the previous table, history."""
+
+    snapshot: SnapshotInfo
+    source: DataFrame
+    previous: DataFrame | None
+    history: DataFrame | None
+    full_rescan: bool
+
+
+class TableRun:
+    """This table, this run: loads the run's inputs once and offers the run's steps."""
+
+    def __init__(
+        self, table: TableConfig, run_id: str, settings: RunSettings, *, spark: SparkSession | None = None
+    ) -> None:
+        self.table = table
+        self.run_id = run_id
+        self.settings = settings
+        self._spark = spark
+        self.lake = TableLake(settings.lake_root, table.name)
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            raise InputError(f"{self.table.name}: this step runs on Spark; create the TableRun with a session")
+        return self._spark
+
+    @property
+    def version(self) -> str:
+        return version_name(self.run_id)
+
+    # -- state database and Kafka (no Spark) -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def state(self) -> Iterator[Any]:
+        """A connection to the state database, its schema ensured."""
+        dsn = self.settings.require(self.settings.state_dsn, "the state database (--state-dsn)")
+        with checkpoints.connect(dsn) as conn:
+            checkpoints.ensure_state_schema(conn)
+            yield conn
+
+    @property
+    def bootstrap(self) -> str:
+        return self.settings.require(self.settings.bootstrap_servers, "the Kafka servers (--bootstrap-servers)")
+
+    def open(self, *, full_rescan: bool = False) -> dict[int, int]:
+        """``checkpoint_offsets``: open (or, for a cleared task, reuse) the run's offset range.
+
+        It opens at the previous run's end; a full rescan opens it at the topic's earliest offsets.
+        """
+        partitions = checkpoints.list_partitions(self.bootstrap, self.table.topic)
+        earliest = checkpoints.earliest_offsets(self.bootstrap, self.table.topic, partitions) if full_rescan else None
+        with self.state() as conn:
+            return checkpoints.open_range(
+                conn, self.run_id, self.table.name, self.table.topic, partitions, start_offsets=earliest
+            )
+
+    def seal(self, *, timeout: float = 300.0, watermark_topic: str | None = None) -> checkpoints.OffsetRange:
+        """``seal_offsets``: record the snapshot, then seal the range at a watermark committed after it."""
+        metadata = storage.read_metadata(self.lake.snapshot, self.version)
+        if metadata is None:
+            raise PipelineError(
+                f"{self.table.name}: no snapshot of run {self.run_id!r} under {self.lake.snapshot}; "
+                "snapshot_source must run first"
+            )
+        pipeline = self.settings.pipeline
+        with self.state() as conn:
+            checkpoints.record_snapshot(conn, self.run_id, self.table.name, checkpoints.snapshot_fields(metadata))
+            return checkpoints.seal_offsets(
+                conn,
+                bootstrap=self.bootstrap,
+                run_id=self.run_id,
+                table=self.table.name,
+                watermark_table=pipeline.watermark_table,
+                watermark_topic=watermark_topic or f"{self.table.topic_prefix}.{pipeline.watermark_table}",
+                timeout=timeout,
+            )
+
+    def sealed_range(self) -> checkpoints.OffsetRange:
+        """The range ``seal`` recorded; compaction reads exactly it."""
+        with self.state() as conn:
+            offset_range = checkpoints.get_range(conn, self.run_id, self.table.name)
+        if offset_range is None or not offset_range.sealed:
+            raise PipelineError(f"run {self.run_id!r} has no sealed range for {self.table.name}; run seal_offsets")
+        return offset_range
+
+    # -- Spark steps -----------------------------------------------------------------------------------------
+
+    def snapshot(
+        self, *, partitions: int | None = None, fetch_size: int | None = None, output_files: int = 1
+    ) -> SnapshotResult:
+        """``snapshot_source``: a consistent JDBC snapshot of the table, read in ``partitions`` parallel reads."""
+        from .snapshot import DEFAULT_FETCH_SIZE, DEFAULT_PARTITIONS, snapshot_table
+
+        source = self.settings.require(self.settings.source, "the source database (--dsn, --jdbc-url, --user)")
+        result = snapshot_table(
+            self.spark,
+            self.table,
+            dsn=source.dsn,
+            jdbc_url=source.jdbc_url,
+            user=source.user,
+            password=source.password,
+            lake_root=self.settings.lake_root,
+            run_id=self.run_id,
+            options=self.settings.decode_options,
+            partitions=partitions or DEFAULT_PARTITIONS,
+            fetch_size=fetch_size or DEFAULT_FETCH_SIZE,
+            output_files=output_files,
+        )
+        self._forget_inputs()
+        return result
+
+    def compact(
+        self,
+        *,
+        full_rescan: bool = False,
+        offsets: tuple[str, str] | None = None,
+        kafka_min_partitions: int | None = None,
+    ) -> dict[str, Any]:
+        """``compact_cdc``: the sealed range (or ``offsets``, Spark offset JSON) into the lake.
+
+        Kafka range -> events, quarantine, changelog (duplicates marked), duplicates, and the new lake
+        table. ``full_rescan``: the range is the whole topic, so the table is folded from it alone and
+        duplicates are found within it (earlier ranges hold the same records again). Once a run was a
+        rescan it stays one: a re-run must rebuild the same table, whatever it is told.
+        ``kafka_min_partitions``: read tasks for the range (see :func:`read_kafka_range`).
+        """
+        from pyspark.sql import functions as F
+
+        from .compaction import (
+            IDENTITY,
+            change_events,
+            changelog_rows,
+            decode_changes,
+            duplicate_counts,
+            foreign_events,
+            mark_duplicates,
+            of_table,
+            with_raw_values,
+            without_raw_values,
+        )
+        from .debezium import split_envelopes, tag_envelopes
+
+        began = time.monotonic()
+        starting, ending = offsets or self.sealed_range().as_spark_json()
+        full_rescan = full_rescan or is_full_rescan(self.lake, self.run_id)
+        spark, lake, name = self.spark, self.lake, self.table.name
+        spec = snapshot_info(lake, self.run_id).spec
+        records = read_kafka_range(spark, self.bootstrap, starting, ending, min_partitions=kafka_min_partitions)
+        tagged = tag_envelopes(records).persist()
+        parsed, bad_records = split_envelopes(tagged)
+        self._write(parsed, lake.events, "events")
+        events = run_partition(spark, lake.events, self.run_id)
+        earlier = history(
+            spark,
+            lake.events,
+            self.run_id,
+            [*IDENTITY, "partition", "offset", "is_tombstone", "source_schema", "source_table"],
+            full_rescan=full_rescan,
+        )
+        if earlier is not None:
+            earlier = change_events(of_table(earlier, name)).drop("is_tombstone", "source_schema", "source_table")
+        marked = mark_duplicates(without_raw_values(change_events(of_table(events, name))), earlier).persist()
+        decoded = decode_changes(marked, spec, self.table.key, self.settings.decode_options).persist()
+        changelog, undecodable = changelog_rows(decoded, self.table.key)
+        quarantined = bad_records.unionByName(foreign_events(events, name)).unionByName(
+            with_raw_values(undecodable, events)
+        )
+        self._write(quarantined, lake.quarantine, "quarantine (marks and decodes)")
+        self._write(changelog, lake.changelog, "changelog")
+        duplicates = marked.filter(F.col("duplicate_class").isNotNull()).select(
+            "key", "partition", "offset", "op", "source_txid", "source_lsn", "duplicate_class"
+        )
+        self._write(duplicates, lake.duplicates, "duplicates")
+        with described(spark, f"compact_cdc {name}: fold and publish the table"):
+            self._publish_fold(spec, full_rescan=full_rescan)
+        with described(spark, f"compact_cdc {name}: summary"):
+            summary = {
+                "table": name,
+                "run_id": self.run_id,
+                "records": tagged.count(),
+                "quarantined": run_partition(spark, lake.quarantine, self.run_id).count(),
+                "changes": marked.count(),
+                "duplicates": duplicate_counts(run_partition(spark, lake.duplicates, self.run_id)),
+                "table_rows": storage.read_current(spark, lake.table).count(),
+                "seconds": round(time.monotonic() - began, 2),
+            }
+        for cached in (tagged, marked, decoded):
+            cached.unpersist()
+        self._forget_inputs()
+        return summary
+
+    def _write(self, df: DataFrame, path: Any, what: str) -> None:
+        """Replace this run's partition of a dataset (Spark jobs named after it)."""
+        with described(self.spark, f"compact_cdc {self.table.name}: {what}"):
+            storage.replace_partition(df, path, self.version, sort_by=["partition", "offset"])
+
+    def _publish_fold(self, spec: dict[str, str], *, full_rescan: bool | None = None) -> None:
+        """Fold the run's changelog (repairs included) onto the previous table and publish it."""
+        from .compaction import fold_table, snapshot_resets
+
+        if full_rescan is None:
+            full_rescan = is_full_rescan(self.lake, self.run_id)
+        changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)
+        if full_rescan:
+            previous, previous_version = None, storage.current_version(self.lake.table)
+        else:
+            previous, previous_version = previous_table(self.spark, self.lake, self.run_id)
+        earlier = history(self.spark, self.lake.changelog, self.run_id, HISTORY_COLUMNS, full_rescan=full_rescan)
+        resets = snapshot_resets(changelog, earlier)
+        table = fold_table(changelog, spec, self.table.key, previous=previous, resets=resets)
+        metadata: dict[str, Any] = {"previous_version": previous_version}
+        if full_rescan:
+            metadata["full_rescan"] = True
+        storage.publish(table, self.lake.table, self.version, sort_by=list(self.table.key), metadata=metadata)
+
+    @cached_property
+    def _inputs(self) -> _Inputs:
+        previous, _ = previous_table(self.spark, self.lake, self.run_id)
+        full_rescan = is_full_rescan(self.lake, self.run_id)
+        return _Inputs(
+            snapshot=snapshot_info(self.lake, self.run_id),
+            source=source_rows(self.spark, self.lake, self.run_id),
+            previous=previous,
+            history=history(self.spark, self.lake.changelog, self.run_id, HISTORY_COLUMNS, full_rescan=full_rescan),
+            full_rescan=full_rescan,
+        )
+
+    def _forget_inputs(self) -> None:
+        self.__dict__.pop("_inputs", None)
+
+    def _as_of(self, changelog: DataFrame) -> DataFrame:
+        from .diff import lake_as_of
+
+        inputs = self._inputs
+        return lake_as_of(
+            changelog,
+            inputs.snapshot.visibility,
+            inputs.snapshot.spec,
+            self.table.key,
+            previous=inputs.previous,
+            history=inputs.history,
+        )
+
+    def check(self, *, with_repairs: bool = True) -> tuple[DiffReport, DataFrame]:
+        """The point-in-time diff: the lake as of the run's snapshot against the snapshot.
+
+        Returns the report and the persisted per-key diff (the caller unpersists it).
+        """
+        from .diff import diff_rows, summarise
+
+        inputs = self._inputs
+        changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=with_repairs)
+        as_of = self._as_of(changelog).persist()
+        diff = diff_rows(as_of, inputs.source, self.table.key, list(inputs.snapshot.spec)).persist()
+        report = summarise(diff, as_of, inputs.source, self.table.key)
+        as_of.unpersist()
+        return report, diff
+
+    def validate(self, phase: Phase) -> SuiteOutcome:
+        """``validate``: the expectation suite on this run's datasets, recorded in the state database."""
+        from pyspark.sql import functions as F
+
+        from .compaction import CDC_COLUMNS, TRUNCATE_KEY, duplicate_counts
+        from .diff import EXTRA, MISSING, STALE, diff_rows
+        from .suite import CHANGE_IDENTITY, DIFFERENCE_COLUMNS, DUPLICATE_COLUMNS, run_suite, source_values_dataset
+
+        gx_root = self.settings.require(self.settings.gx_root, "the Great Expectations project (--gx-root)")
+        inputs, key, spec = self._inputs, self.table.key, self._inputs.snapshot.spec
+        table = storage.read_version(self.spark, self.lake.table, self.version)
+        if table is None:
+            raise PipelineError(f"{self.table.name}: no lake table for run {self.run_id!r}; run compact_cdc first")
+        as_of = self._as_of(run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)).persist()
+        diff = diff_rows(as_of, inputs.source, key, list(spec)).persist()
+        key_text = F.to_json(F.struct(*(F.col(k) for k in key)))
+        differences = diff.select(
+            *key,
+            *(F.when(F.col("kind") == kind, key_text).alias(column) for kind, column in DIFFERENCE_COLUMNS.items()),
+        )
+        range_changelog = run_partition(self.spark, self.lake.changelog, self.run_id)
+        changes = range_changelog.select(
+            *CHANGE_IDENTITY,
+            *(
+                F.when(F.col("duplicate_class") == cause, F.coalesce(F.col("key"), F.lit(TRUNCATE_KEY))).alias(column)
+                for cause, column in DUPLICATE_COLUMNS.items()
+            ),
+        )
+        counts = {MISSING: 0, EXTRA: 0, STALE: 0}
+        counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
+        counts.update(duplicate_counts(range_changelog))
+        counts["snapshot_rows"] = inputs.source.count()
+        unrepresentable = inputs.snapshot.metadata.get("unrepresentable") or {}
+        counts["unrepresentable"] = sum(unrepresentable.values())
+        with described(self.spark, f"validate {self.table.name} ({phase.label})"):
+            outcome = run_suite(
+                {
+                    "lake_as_of": as_of,
+                    "lake_table": table,
+                    "changelog": changes,
+                    "differences": differences,
+                    "source_values": source_values_dataset(self.spark, unrepresentable),
+                },
+                table=self.table.name,
+                run_id=self.run_id,
+                phase=phase.value,
+                key=key,
+                parameters={"snapshot_row_count": counts["snapshot_rows"], "lake_columns": [*spec, *CDC_COLUMNS]},
+                counts=counts,
+                gx_root=gx_root,
+            )
+        as_of.unpersist()
+        diff.unpersist()
+        if self.settings.state_dsn:
+            with self.state() as conn:
+                run_state.record_suite_outcome(conn, outcome.as_dict(), phase)
+        return outcome
+
+    def reconcile(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """Repair events for every difference, duplicates dropped from the changelog, the table re-folded.
+
+        The diff is taken without this run's earlier repairs, so running reconcile again writes the
+        same repairs, not none. ``dry_run`` writes only the audit. With a state database the audit
+        rows also go to ``cdc_reconcile.repair_audit``, replacing what an earlier try wrote.
+        """
+        from .diff import visible_changes
+        from .repair import audit_rows, repair_events, resolve_duplicates
+
+        began = time.monotonic()
+        inputs, key, lake = self._inputs, self.table.key, self.lake
+        report, diff = self.check(with_repairs=False)
+        base = run_changelog(self.spark, lake, self.run_id, with_repairs=False)
+        repairs = repair_events(
+            diff,
+            inputs.source,
+            visible_changes(base, inputs.snapshot.visibility),
+            inputs.snapshot.spec,
+            key,
+            previous=inputs.previous,
+        )
+        duplicates = run_partition(self.spark, lake.duplicates, self.run_id)
+        audit = audit_rows(diff, duplicates, key, run_id=self.run_id, table_name=lake.name, dry_run=dry_run)
+        with described(self.spark, f"reconcile {lake.name}"):
+            storage.replace_partition(audit, lake.audit, self.version, sort_by=["kind", "key"])
+            if not dry_run:
+                storage.replace_partition(repairs, lake.repairs, self.version, sort_by=list(key))
+                resolved = resolve_duplicates(base)
+                storage.replace_partition(resolved, lake.changelog, self.version, sort_by=["partition", "offset"])
+                self._publish_fold(inputs.snapshot.spec)
+        diff.unpersist()
+        self._forget_inputs()
+        audit_written = run_partition(self.spark, lake.audit, self.run_id)
+        summary = {
+            "table": lake.name,
+            "run_id": self.run_id,
+            "dry_run": dry_run,
+            "found": report.as_dict(),
+            "audit": {r["kind"]: r["count"] for r in audit_written.groupBy("kind").count().collect()},
+            "repair_events": 0 if dry_run else run_partition(self.spark, lake.repairs, self.run_id).count(),
+            "seconds": round(time.monotonic() - began, 2),
+        }
+        if self.settings.state_dsn:
+            with self.state() as conn:
+                summary["audit_rows_recorded"] = run_state.replace_repair_audit(
+                    conn, self.run_id, lake.name, (row.asDict() for row in audit_written.toLocalIterator())
+                )
+        return summary
+
+
+def read_kafka_range(
+    spark: SparkSession, bootstrap: str, starting: str, ending: str, *, min_partitions: int | None = None
+) -> DataFrame:
+    """Exactly the sealed offset range, ``read_committed``: aborted records never enter the lake.
+
+    ``min_partitions`` (default: all cores) splits each topic partition's range into several read
+    tasks: a CDC topic often has one partition, and its envelope parse would otherwise run as one
+    task on one core.
+    """
+    assign = json.dumps({topic: sorted(int(p) for p in parts) for topic, parts in json.loads(starting).items()})
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("assign", assign)
+        .option("startingOffsets", starting)
+        .option("endingOffsets", ending)
+        .option("kafka.isolation.level", "read_committed")
+        .option("failOnDataLoss", "true")
+        .option("minPartitions", str(min_partitions or spark.sparkContext.defaultParallelism))
+        .load()
+        .select("topic", "partition", "offset", "key", "value")
+    )
+
+
+@contextlib.contextmanager
+def described(spark: SparkSession, what: str) -> Iterator[None]:
+    """Name the Spark jobs of a block (Spark UI, event log, the bench's stage profile)."""
+    context = spark.sparkContext
+    previous = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(what)
+    try:
+        yield
+    finally:
+        context.setJobDescription(previous)  # type: ignore[arg-type]
