@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import stats
 from cdc_dev.stack import Stack, StackConfig
-from cdc_reconcile import checkpoints, storage
+from cdc_reconcile import errors, kafka_offsets, sealing, state_store, storage
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.pipeline import TableLake, check, compact
 from cdc_reconcile.snapshot import snapshot_table
@@ -382,16 +382,16 @@ class Bench:
     def open_and_snapshot(self, conn: psycopg.Connection, run_id: str) -> tuple[dict[str, Any], int]:
         """checkpoint_offsets, snapshot_source and the snapshot's record, as the DAG runs them."""
         bootstrap = self.config.bootstrap_servers
-        checkpoints.open_range(
-            conn, run_id, self.table.name, self.table.topic, checkpoints.list_partitions(bootstrap, self.table.topic)
+        state_store.open_range(
+            conn, run_id, self.table.name, self.table.topic, kafka_offsets.list_partitions(bootstrap, self.table.topic)
         )
         result = self._snapshot(run_id)
         meta = result.metadata
-        checkpoints.record_snapshot(conn, run_id, self.table.name, checkpoints.snapshot_fields(meta))
+        state_store.record_snapshot(conn, run_id, self.table.name, state_store.snapshot_fields(meta))
         return meta, result.rows
 
-    def seal(self, conn: psycopg.Connection, run_id: str, timeout: float) -> checkpoints.OffsetRange:
-        return checkpoints.seal_offsets(
+    def seal(self, conn: psycopg.Connection, run_id: str, timeout: float) -> state_store.OffsetRange:
+        return sealing.seal_offsets(
             conn,
             bootstrap=self.config.bootstrap_servers,
             run_id=run_id,
@@ -401,7 +401,7 @@ class Bench:
             timeout=timeout,
         )
 
-    def compact(self, run_id: str, sealed: checkpoints.OffsetRange) -> dict[str, Any]:
+    def compact(self, run_id: str, sealed: state_store.OffsetRange) -> dict[str, Any]:
         starting, ending = sealed.as_spark_json()
         return compact(
             self.spark,
@@ -453,10 +453,10 @@ def run_size(b: Bench, n: int) -> None:
     timeout = 300 + n / 2000
     try:
         w.seconds["stack_up"] = timed(lambda: stack.up(register=False))[0]
-        with psycopg.connect(cfg.pg_dsn, autocommit=True) as pg, checkpoints.connect(cfg.pg_dsn) as state:
+        with psycopg.connect(cfg.pg_dsn, autocommit=True) as pg, state_store.connect(cfg.pg_dsn) as state:
             w.seconds["load_source"] = load_source(pg, n)
             w.seconds["register_connector"] = timed(stack.register_connector)[0]
-            checkpoints.ensure_state_schema(state)
+            state_store.ensure_state_schema(state)
             deadline = time.monotonic() + 120
             while not _topic_exists(cfg.bootstrap_servers, b.table.topic):
                 if time.monotonic() > deadline:
@@ -534,7 +534,7 @@ def run_size(b: Bench, n: int) -> None:
                 runs=runs,
                 peak_driver_jvm_rss_mib=max(r["peak_driver_jvm_rss_mib"] for r in runs),
             )
-            sealed1 = checkpoints.get_range(state, "r1", b.table.name)
+            sealed1 = state_store.get_range(state, "r1", b.table.name)
             raw1 = [timed(lambda: raw_count(cfg.bootstrap_servers, b.table.topic, sealed1.start, sealed1.end))]
             b.record(
                 size=n,
@@ -604,8 +604,8 @@ def run_size(b: Bench, n: int) -> None:
 
 def _topic_exists(bootstrap: str, topic: str) -> bool:
     try:
-        return bool(checkpoints.list_partitions(bootstrap, topic, timeout=5))
-    except checkpoints.CheckpointError:
+        return bool(kafka_offsets.list_partitions(bootstrap, topic, timeout=5))
+    except errors.ReconcileError:
         return False
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import REPO_ROOT
-from cdc_reconcile import checkpoints, storage
+from cdc_reconcile import errors, kafka_offsets, sealing, state_store, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.pipeline import TableLake, check, compact
 
@@ -156,16 +156,16 @@ def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, wate
     bootstrap = config.bootstrap_servers
     table_lake = TableLake(lake, table.name)
     full_rescan = storage.current_version(table_lake.table) is None
-    with checkpoints.connect(config.pg_dsn) as conn:
-        checkpoints.ensure_state_schema(conn)
+    with state_store.connect(config.pg_dsn) as conn:
+        state_store.ensure_state_schema(conn)
         eventually(lambda: _topic_exists(bootstrap, table.topic), timeout=60, what=f"topic {table.topic}")
-        partitions = checkpoints.list_partitions(bootstrap, table.topic)
-        earliest = checkpoints.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
-        checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
+        partitions = kafka_offsets.list_partitions(bootstrap, table.topic)
+        earliest = kafka_offsets.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
+        state_store.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
         result = take_snapshot(spark, config, table, lake, run_id, partitions=2)
         meta = result.metadata
-        checkpoints.record_snapshot(conn, run_id, table.name, checkpoints.snapshot_fields(meta))
-        sealed = checkpoints.seal_offsets(
+        state_store.record_snapshot(conn, run_id, table.name, state_store.snapshot_fields(meta))
+        sealed = sealing.seal_offsets(
             conn,
             bootstrap=bootstrap,
             run_id=run_id,
@@ -191,6 +191,6 @@ def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, wate
 
 def _topic_exists(bootstrap: str, topic: str) -> bool:
     try:
-        return bool(checkpoints.list_partitions(bootstrap, topic, timeout=5))
-    except checkpoints.CheckpointError:
+        return bool(kafka_offsets.list_partitions(bootstrap, topic, timeout=5))
+    except errors.ReconcileError:
         return False

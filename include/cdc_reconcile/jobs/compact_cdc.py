@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from cdc_reconcile import checkpoints
+from cdc_reconcile import errors, kafka_offsets, state_store
 from cdc_reconcile.config import load_config, parse_flag
 from cdc_reconcile.debezium import DecodeOptions
 from cdc_reconcile.pipeline import TableLake, compact
@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.starting_offsets and args.ending_offsets:
         starting, ending = args.starting_offsets, args.ending_offsets
     elif args.state_dsn:
-        with checkpoints.connect(args.state_dsn) as conn:
-            offset_range = checkpoints.get_range(conn, args.run_id, table.name)
+        with state_store.connect(args.state_dsn) as conn:
+            offset_range = state_store.get_range(conn, args.run_id, table.name)
         if offset_range is None or not offset_range.sealed:
             print(f"error: run {args.run_id!r} has no sealed range for {table.name}; run seal_offsets", file=sys.stderr)
             return 2
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: give --state-dsn or both --starting-offsets and --ending-offsets", file=sys.stderr)
         return 2
     try:  # an unreachable broker gets one line naming it, not Spark's stack trace a minute later
-        checkpoints.list_partitions(args.bootstrap_servers, table.topic, timeout=args.kafka_timeout)
-    except checkpoints.CheckpointError as exc:
+        kafka_offsets.list_partitions(args.bootstrap_servers, table.topic, timeout=args.kafka_timeout)
+    except errors.ReconcileError as exc:
         print(f"error: compact_cdc for {table.name}: {exc}", file=sys.stderr)
         return 3
     spark = build_session(f"compact_cdc:{table.name}")

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from cdc_reconcile import checkpoints, run_state, storage
+from cdc_reconcile import run_state, state_store, storage
 from cdc_reconcile.config import load_config, parse_flag
 from cdc_reconcile.pipeline import TableLake, check, reconcile
 from cdc_reconcile.spark import build_session
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = reconcile(spark, lake=lake, run_id=args.run_id, key=table.key, dry_run=args.dry_run)
         if args.state_dsn:
             audit = storage.read_partitions(spark, lake.audit, [storage.safe_name(args.run_id)])
-            with checkpoints.connect(args.state_dsn) as conn:
+            with state_store.connect(args.state_dsn) as conn:
                 summary["audit_rows_recorded"] = run_state.replace_repair_audit(
                     conn, args.run_id, table.name, (row.asDict() for row in audit.toLocalIterator())
                 )

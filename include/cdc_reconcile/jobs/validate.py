@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from cdc_reconcile import checkpoints, run_state
+from cdc_reconcile import run_state, state_store
 from cdc_reconcile.config import ConfigError, load_config
 from cdc_reconcile.phase import Phase
 from cdc_reconcile.pipeline import PipelineError, TableLake, validate
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     if args.state_dsn:
-        with checkpoints.connect(args.state_dsn) as conn:
+        with state_store.connect(args.state_dsn) as conn:
             run_state.record_suite_outcome(conn, outcome.as_dict(), args.phase)
     print(json.dumps(outcome.as_dict(), default=str))
     return 0

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import checkpoints, run_state, storage
+from .. import kafka_offsets, run_state, sealing, state_store, storage
 from ..config import ConfigError, TableConfig, load_config
 from ..phase import Phase
 from .alerts import OUTCOME_KEY
@@ -117,8 +117,8 @@ def state_connection():
     from airflow.providers.postgres.hooks.postgres import PostgresHook
 
     connection = PostgresHook(postgres_conn_id=STATE_CONN).get_connection(STATE_CONN)
-    conn = checkpoints.connect(libpq_dsn(connection))
-    checkpoints.ensure_state_schema(conn)
+    conn = state_store.connect(libpq_dsn(connection))
+    state_store.ensure_state_schema(conn)
     return conn
 
 
@@ -164,10 +164,10 @@ def checkpoint_offsets(table_name: str, run_id: str, full_rescan: bool = False) 
     """
     table = _table(table_name)
     bootstrap = bootstrap_servers()
-    partitions = checkpoints.list_partitions(bootstrap, table.topic)
-    earliest = checkpoints.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
+    partitions = kafka_offsets.list_partitions(bootstrap, table.topic)
+    earliest = kafka_offsets.earliest_offsets(bootstrap, table.topic, partitions) if full_rescan else None
     with state_connection() as conn:
-        starts = checkpoints.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
+        starts = state_store.open_range(conn, run_id, table.name, table.topic, partitions, start_offsets=earliest)
     return {str(p): o for p, o in starts.items()}
 
 
@@ -181,8 +181,8 @@ def seal_offsets(table_name: str, run_id: str, timeout: float = 300.0) -> dict[s
         raise RunFailed(f"{table.name}: no snapshot of run {run_id!r} under {snapshot_path}; snapshot_source must run")
     bootstrap = bootstrap_servers()
     with state_connection() as conn:
-        checkpoints.record_snapshot(conn, run_id, table.name, checkpoints.snapshot_fields(metadata))
-        sealed = checkpoints.seal_offsets(
+        state_store.record_snapshot(conn, run_id, table.name, state_store.snapshot_fields(metadata))
+        sealed = sealing.seal_offsets(
             conn,
             bootstrap=bootstrap,
             run_id=run_id,
