@@ -40,8 +40,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import stats
 from cdc_dev.stack import Stack, StackConfig
-from cdc_reconcile import checkpoints, storage
+from cdc_reconcile import kafka_offsets, state_store, storage
 from cdc_reconcile.config import PipelineConfig, TableConfig
+from cdc_reconcile.errors import ReconcileError
 from cdc_reconcile.lake import TableLake
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
 
@@ -420,10 +421,10 @@ def run_size(b: Bench, n: int) -> None:
     timeout = 300 + n / 2000
     try:
         w.seconds["stack_up"] = timed(lambda: stack.up(register=False))[0]
-        with psycopg.connect(cfg.pg_dsn, autocommit=True) as pg, checkpoints.connect(cfg.pg_dsn) as state:
+        with psycopg.connect(cfg.pg_dsn, autocommit=True) as pg, state_store.connect(cfg.pg_dsn) as state:
             w.seconds["load_source"] = load_source(pg, n)
             w.seconds["register_connector"] = timed(stack.register_connector)[0]
-            checkpoints.ensure_state_schema(state)
+            state_store.ensure_state_schema(state)
             deadline = time.monotonic() + 120
             while not _topic_exists(cfg.bootstrap_servers, b.table.topic):
                 if time.monotonic() > deadline:
@@ -504,7 +505,7 @@ def run_size(b: Bench, n: int) -> None:
                 runs=runs,
                 peak_driver_jvm_rss_mib=max(r["peak_driver_jvm_rss_mib"] for r in runs),
             )
-            sealed1 = checkpoints.get_range(state, "r1", b.table.name)
+            sealed1 = state_store.get_range(state, "r1", b.table.name)
             raw1 = [timed(lambda: raw_count(cfg.bootstrap_servers, b.table.topic, sealed1.start, sealed1.end))]
             b.record(
                 size=n,
@@ -574,8 +575,8 @@ def run_size(b: Bench, n: int) -> None:
 
 def _topic_exists(bootstrap: str, topic: str) -> bool:
     try:
-        return bool(checkpoints.list_partitions(bootstrap, topic, timeout=5))
-    except checkpoints.CheckpointError:
+        return bool(kafka_offsets.list_partitions(bootstrap, topic, timeout=5))
+    except ReconcileError:
         return False
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import requests
 
-from cdc_reconcile import checkpoints, run_state
+from cdc_reconcile import errors, kafka_offsets, run_state, state_store
 from cdc_reconcile.phase import Phase
 
 from .loader import run_loader
@@ -89,10 +89,12 @@ def inject_snapshot_rerun(stack: Stack, rows: int) -> dict[str, Any]:
 
     def under_way() -> int:
         try:
-            ends = checkpoints.log_end_offsets(
-                config.bootstrap_servers, topic, checkpoints.list_partitions(config.bootstrap_servers, topic, timeout=2)
+            ends = kafka_offsets.log_end_offsets(
+                config.bootstrap_servers,
+                topic,
+                kafka_offsets.list_partitions(config.bootstrap_servers, topic, timeout=2),
             )
-        except checkpoints.CheckpointError:
+        except errors.ReconcileError:
             return 0
         return sum(ends.values()) >= rows // 10
 
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    with checkpoints.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.pg_dsn) as conn:
         before = run_state.latest_suite_outcome(conn, run_id, TABLE, Phase.BEFORE_REPAIR) or {}
         after = run_state.latest_suite_outcome(conn, run_id, TABLE, Phase.AFTER_REPAIR) or {}
         audit = run_state.audit_counts(conn, run_id, TABLE)

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from cdc_reconcile import checkpoints, run_state
+from cdc_reconcile import run_state, state_store
 from cdc_reconcile.phase import Phase
 
 from .loader import run_loader
@@ -369,12 +369,12 @@ class FaultRunner:
         return result
 
     def outcome(self, run_id: str, phase: Phase) -> dict[str, Any] | None:
-        with checkpoints.connect(self.config.pg_dsn) as conn:
+        with state_store.connect(self.config.pg_dsn) as conn:
             return run_state.latest_suite_outcome(conn, run_id, TABLE, phase)
 
     def range_of(self, run_id: str) -> tuple[dict[int, int], dict[int, int]]:
-        with checkpoints.connect(self.config.pg_dsn) as conn:
-            rng = checkpoints.get_range(conn, run_id, TABLE)
+        with state_store.connect(self.config.pg_dsn) as conn:
+            rng = state_store.get_range(conn, run_id, TABLE)
         if rng is None or rng.end is None:
             raise StackError(f"fault runner: run {run_id} has no sealed offset range for {TABLE}; see its DAG log")
         return dict(rng.start), dict(rng.end)
@@ -442,7 +442,7 @@ class FaultRunner:
         result.detected = {c: int(before["counts"].get(c, 0)) for c in CLASSES}
         result.independent = {c: int(v) for c, v in independent_of(first.run_id).items()}
         result.false_alarms, result.missed = compare(result.detected, result.independent)
-        with checkpoints.connect(self.config.pg_dsn) as conn:
+        with state_store.connect(self.config.pg_dsn) as conn:
             result.repaired = run_state.audit_counts(conn, first.run_id, TABLE)
         after = self.outcome(first.run_id, Phase.AFTER_REPAIR)
         if before["success"]:

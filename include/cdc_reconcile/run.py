@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from . import checkpoints, run_state, storage
+from . import kafka_offsets, run_state, sealing, state_store, storage
 from .config import PipelineConfig, TableConfig, default_config
 from .debezium import DecodeOptions
 from .errors import InputError
@@ -123,8 +123,8 @@ class TableRun:
     def state(self) -> Iterator[Any]:
         """A connection to the state database, its schema ensured."""
         dsn = self.settings.require(self.settings.state_dsn, "the state database (--state-dsn)")
-        with checkpoints.connect(dsn) as conn:
-            checkpoints.ensure_state_schema(conn)
+        with state_store.connect(dsn) as conn:
+            state_store.ensure_state_schema(conn)
             yield conn
 
     @property
@@ -136,14 +136,14 @@ class TableRun:
 
         It opens at the previous run's end; a full rescan opens it at the topic's earliest offsets.
         """
-        partitions = checkpoints.list_partitions(self.bootstrap, self.table.topic)
-        earliest = checkpoints.earliest_offsets(self.bootstrap, self.table.topic, partitions) if full_rescan else None
+        partitions = kafka_offsets.list_partitions(self.bootstrap, self.table.topic)
+        earliest = kafka_offsets.earliest_offsets(self.bootstrap, self.table.topic, partitions) if full_rescan else None
         with self.state() as conn:
-            return checkpoints.open_range(
+            return state_store.open_range(
                 conn, self.run_id, self.table.name, self.table.topic, partitions, start_offsets=earliest
             )
 
-    def seal(self, *, timeout: float = 300.0, watermark_topic: str | None = None) -> checkpoints.OffsetRange:
+    def seal(self, *, timeout: float = 300.0, watermark_topic: str | None = None) -> state_store.OffsetRange:
         """``seal_offsets``: record the snapshot, then seal the range at a watermark committed after it."""
         metadata = storage.read_metadata(self.lake.snapshot, self.version)
         if metadata is None:
@@ -153,8 +153,8 @@ class TableRun:
             )
         pipeline = self.settings.pipeline
         with self.state() as conn:
-            checkpoints.record_snapshot(conn, self.run_id, self.table.name, checkpoints.snapshot_fields(metadata))
-            return checkpoints.seal_offsets(
+            state_store.record_snapshot(conn, self.run_id, self.table.name, state_store.snapshot_fields(metadata))
+            return sealing.seal_offsets(
                 conn,
                 bootstrap=self.bootstrap,
                 run_id=self.run_id,
@@ -164,10 +164,10 @@ class TableRun:
                 timeout=timeout,
             )
 
-    def sealed_range(self) -> checkpoints.OffsetRange:
+    def sealed_range(self) -> state_store.OffsetRange:
         """The range ``seal`` recorded; compaction reads exactly it."""
         with self.state() as conn:
-            offset_range = checkpoints.get_range(conn, self.run_id, self.table.name)
+            offset_range = state_store.get_range(conn, self.run_id, self.table.name)
         if offset_range is None or not offset_range.sealed:
             raise PipelineError(f"run {self.run_id!r} has no sealed range for {self.table.name}; run seal_offsets")
         return offset_range

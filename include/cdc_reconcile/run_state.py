@@ -12,8 +12,8 @@ from typing import Any
 
 import psycopg
 
-from .checkpoints import _state_error
 from .phase import Phase
+from .state_store import state_schema_missing
 
 
 def record_suite_outcome(conn: psycopg.Connection, outcome: Mapping[str, Any], phase: Phase) -> None:
@@ -33,7 +33,7 @@ def record_suite_outcome(conn: psycopg.Connection, outcome: Mapping[str, Any], p
                 ),
             )
     except psycopg.errors.UndefinedTable as exc:
-        raise _state_error(exc) from exc
+        raise state_schema_missing(exc) from exc
 
 
 def latest_suite_outcome(conn: psycopg.Connection, run_id: str, table: str, phase: Phase) -> dict[str, Any] | None:
@@ -46,7 +46,7 @@ def latest_suite_outcome(conn: psycopg.Connection, run_id: str, table: str, phas
                 (run_id, table, Phase(phase).value),
             ).fetchone()
     except psycopg.errors.UndefinedTable as exc:
-        raise _state_error(exc) from exc
+        raise state_schema_missing(exc) from exc
     return None if row is None else row[0]
 
 
@@ -68,7 +68,7 @@ def replace_repair_audit(conn: psycopg.Connection, run_id: str, table: str, rows
                     )
                     written += 1
     except psycopg.errors.UndefinedTable as exc:
-        raise _state_error(exc) from exc
+        raise state_schema_missing(exc) from exc
     return written
 
 
@@ -82,5 +82,5 @@ def audit_counts(conn: psycopg.Connection, run_id: str, table: str) -> dict[str,
                 (run_id, table),
             ).fetchall()
     except psycopg.errors.UndefinedTable as exc:
-        raise _state_error(exc) from exc
+        raise state_schema_missing(exc) from exc
     return {kind: count for kind, count in rows}

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import make_conninfo
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -40,6 +40,7 @@ from . import storage
 from .config import TableConfig
 from .debezium import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
 from .errors import InputError, UnreachableError
+from .state_store import describe_dsn
 from .visibility import PgSnapshot
 
 DEFAULT_FETCH_SIZE = 10_000
@@ -168,15 +169,6 @@ def _ident(*names: str) -> str:
     return sql.Identifier(*names).as_string()
 
 
-def _describe_dsn(dsn: str) -> str:
-    """host:port/dbname of a libpq string, without the password, for error messages."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "<unparsable dsn>"
-    return f"{params.get('host', 'localhost')}:{params.get('port', 5432)}/{params.get('dbname', '?')}"
-
-
 # --------------------------------------------------------------------------------------------------
 # extract: the exported snapshot
 
@@ -216,7 +208,7 @@ def _connect(dsn: str, user: str | None, password: str | None, connect_timeout: 
     except psycopg.OperationalError as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SourceUnavailable(
-            f"cannot connect to PostgreSQL at {_describe_dsn(dsn)}: {detail}. "
+            f"cannot connect to PostgreSQL at {describe_dsn(make_conninfo(dsn, **overrides))}: {detail}. "
             "Is the database running (cdc-stack status), and are --dsn, --user and --password right?"
         ) from exc
 

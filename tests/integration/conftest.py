@@ -16,8 +16,9 @@ import pytest
 
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import REPO_ROOT
-from cdc_reconcile import checkpoints, storage
+from cdc_reconcile import kafka_offsets, storage
 from cdc_reconcile.config import TableConfig, load_config
+from cdc_reconcile.errors import ReconcileError
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
 
 TEST_ENV = {
@@ -168,6 +169,6 @@ def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, wate
 
 def _topic_exists(bootstrap: str, topic: str) -> bool:
     try:
-        return bool(checkpoints.list_partitions(bootstrap, topic, timeout=5))
-    except checkpoints.CheckpointError:
+        return bool(kafka_offsets.list_partitions(bootstrap, topic, timeout=5))
+    except ReconcileError:
         return False

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc_reconcile import checkpoints as cp
+from cdc_reconcile import kafka_offsets, sealing, state_store
 
 from .conftest import eventually
 
@@ -30,8 +30,8 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture
 def state(config) -> Iterator[psycopg.Connection]:
-    with cp.connect(config.pg_dsn) as conn:
-        cp.ensure_state_schema(conn)
+    with state_store.connect(config.pg_dsn) as conn:
+        state_store.ensure_state_schema(conn)
         yield conn
 
 
@@ -106,8 +106,8 @@ def customers_partitions(config, pg) -> list[int]:
 
 def _partitions_or_none(bootstrap: str, topic: str) -> list[int] | None:
     try:
-        return cp.list_partitions(bootstrap, topic, timeout=5)
-    except cp.TopicNotFound:
+        return kafka_offsets.list_partitions(bootstrap, topic, timeout=5)
+    except kafka_offsets.TopicNotFound:
         return None
 
 
@@ -115,8 +115,8 @@ def _partitions_or_none(bootstrap: str, topic: str) -> list[int] | None:
 
 
 def test_state_schema_is_idempotent(state):
-    cp.ensure_state_schema(state)
-    cp.ensure_state_schema(state)
+    state_store.ensure_state_schema(state)
+    state_store.ensure_state_schema(state)
     tables = {
         row[0]
         for row in state.execute(
@@ -130,18 +130,18 @@ def test_first_run_opens_at_zero_and_next_run_at_previous_sealed_end(state):
     table, topic = unique("public.t"), "cdc.public.customers"
     first, second, third = unique("run"), unique("run"), unique("run")
 
-    assert cp.open_range(state, first, table, topic, [0, 1]) == {0: 0, 1: 0}
-    assert cp.get_range(state, first, table).sealed is False
-    cp.seal_range(state, first, table, {0: 10, 1: 7}, watermark_id=1)
+    assert state_store.open_range(state, first, table, topic, [0, 1]) == {0: 0, 1: 0}
+    assert state_store.get_range(state, first, table).sealed is False
+    state_store.seal_range(state, first, table, {0: 10, 1: 7}, watermark_id=1)
 
-    assert cp.open_range(state, second, table, topic, [1, 0]) == {0: 10, 1: 7}
+    assert state_store.open_range(state, second, table, topic, [1, 0]) == {0: 10, 1: 7}
     # An unsealed run does not move the next run's start: it opens at the last *sealed* end.
-    assert cp.open_range(state, third, table, topic, [0, 1]) == {0: 10, 1: 7}
-    cp.seal_range(state, second, table, {0: 15, 1: 7}, watermark_id=2)
-    assert cp.open_range(state, unique("run"), table, topic, [0, 1, 2]) == {0: 15, 1: 7, 2: 0}
+    assert state_store.open_range(state, third, table, topic, [0, 1]) == {0: 10, 1: 7}
+    state_store.seal_range(state, second, table, {0: 15, 1: 7}, watermark_id=2)
+    assert state_store.open_range(state, unique("run"), table, topic, [0, 1, 2]) == {0: 15, 1: 7, 2: 0}
 
     # Another topic for the same table (a changed prefix) does not inherit offsets.
-    assert cp.open_range(state, unique("run"), table, "other.prefix.topic", [0]) == {0: 0}
+    assert state_store.open_range(state, unique("run"), table, "other.prefix.topic", [0]) == {0: 0}
     status = state.execute("SELECT status FROM cdc_reconcile.runs WHERE run_id = %s", (first,)).fetchone()
     assert status == ("running",)
 
@@ -150,16 +150,16 @@ def test_reopening_the_same_run_returns_its_stored_range(state):
     """A cleared checkpoint task must read the offsets it read before, even after later runs sealed."""
     table, topic = unique("public.t"), "cdc.public.customers"
     earlier, run, later = unique("run"), unique("run"), unique("run")
-    cp.open_range(state, earlier, table, topic, [0])
-    cp.seal_range(state, earlier, table, {0: 40}, watermark_id=1)
+    state_store.open_range(state, earlier, table, topic, [0])
+    state_store.seal_range(state, earlier, table, {0: 40}, watermark_id=1)
 
-    opened = cp.open_range(state, run, table, topic, [0])
+    opened = state_store.open_range(state, run, table, topic, [0])
     assert opened == {0: 40}
-    cp.open_range(state, later, table, topic, [0])
-    cp.seal_range(state, later, table, {0: 99}, watermark_id=2)
+    state_store.open_range(state, later, table, topic, [0])
+    state_store.seal_range(state, later, table, {0: 99}, watermark_id=2)
 
-    assert cp.open_range(state, run, table, topic, [0]) == opened
-    assert cp.open_range(state, run, table, topic, [0, 1]) == opened
+    assert state_store.open_range(state, run, table, topic, [0]) == opened
+    assert state_store.open_range(state, run, table, topic, [0, 1]) == opened
     count = state.execute(
         "SELECT count(*) FROM cdc_reconcile.offset_ranges WHERE run_id = %s AND table_name = %s", (run, table)
     ).fetchone()[0]
@@ -168,37 +168,37 @@ def test_reopening_the_same_run_returns_its_stored_range(state):
 
 def test_seal_is_idempotent_and_refuses_other_values(state):
     table, topic, run = unique("public.t"), "cdc.public.customers", unique("run")
-    with pytest.raises(cp.RangeNotOpen, match="open_range"):
-        cp.seal_range(state, run, table, {0: 1}, watermark_id=1)
-    cp.open_range(state, run, table, topic, [0, 1])
+    with pytest.raises(state_store.RangeNotOpen, match="open_range"):
+        state_store.seal_range(state, run, table, {0: 1}, watermark_id=1)
+    state_store.open_range(state, run, table, topic, [0, 1])
     with pytest.raises(ValueError, match="partitions"):
-        cp.seal_range(state, run, table, {0: 5}, watermark_id=1)
+        state_store.seal_range(state, run, table, {0: 5}, watermark_id=1)
 
-    sealed = cp.seal_range(state, run, table, {0: 5, 1: 3}, watermark_id=7)
+    sealed = state_store.seal_range(state, run, table, {0: 5, 1: 3}, watermark_id=7)
     assert (sealed.end, sealed.watermark_id) == ({0: 5, 1: 3}, 7)
-    again = cp.seal_range(state, run, table, {0: 5, 1: 3}, watermark_id=7)
+    again = state_store.seal_range(state, run, table, {0: 5, 1: 3}, watermark_id=7)
     assert again == sealed  # same sealed_at: nothing was written
 
-    with pytest.raises(cp.RangeConflict, match="already sealed"):
-        cp.seal_range(state, run, table, {0: 6, 1: 3}, watermark_id=8)
-    assert cp.get_range(state, run, table).end == {0: 5, 1: 3}
-    resealed = cp.seal_range(state, run, table, {0: 6, 1: 3}, watermark_id=8, force=True)
+    with pytest.raises(state_store.RangeConflict, match="already sealed"):
+        state_store.seal_range(state, run, table, {0: 6, 1: 3}, watermark_id=8)
+    assert state_store.get_range(state, run, table).end == {0: 5, 1: 3}
+    resealed = state_store.seal_range(state, run, table, {0: 6, 1: 3}, watermark_id=8, force=True)
     assert (resealed.end, resealed.watermark_id) == ({0: 6, 1: 3}, 8)
 
     later = unique("run")
-    cp.open_range(state, later, table, topic, [0, 1])
+    state_store.open_range(state, later, table, topic, [0, 1])
     with pytest.raises(ValueError, match="below start"):
-        cp.seal_range(state, later, table, {0: 2, 1: 3}, watermark_id=9)
+        state_store.seal_range(state, later, table, {0: 2, 1: 3}, watermark_id=9)
 
 
 def test_range_as_spark_offsets_json(state):
     table, topic, run = unique("public.t"), "cdc.public.customers", unique("run")
-    assert cp.get_range(state, run, table) is None
-    cp.open_range(state, run, table, topic, [1, 0])
-    with pytest.raises(cp.RangeNotOpen, match="not sealed"):
-        cp.get_range(state, run, table).as_spark_json()
-    cp.seal_range(state, run, table, {0: 12, 1: 4}, watermark_id=3)
-    starting, ending = cp.get_range(state, run, table).as_spark_json()
+    assert state_store.get_range(state, run, table) is None
+    state_store.open_range(state, run, table, topic, [1, 0])
+    with pytest.raises(state_store.RangeNotOpen, match="not sealed"):
+        state_store.get_range(state, run, table).as_spark_json()
+    state_store.seal_range(state, run, table, {0: 12, 1: 4}, watermark_id=3)
+    starting, ending = state_store.get_range(state, run, table).as_spark_json()
     assert json.loads(starting) == {topic: {"0": 0, "1": 0}}
     assert json.loads(ending) == {topic: {"0": 12, "1": 4}}
 
@@ -206,8 +206,8 @@ def test_range_as_spark_offsets_json(state):
 def test_concurrent_open_range_creates_one_range(config, state):
     table, topic = unique("public.t"), "cdc.public.customers"
     previous = unique("run")
-    cp.open_range(state, previous, table, topic, [0, 1, 2])
-    cp.seal_range(state, previous, table, {0: 3, 1: 5, 2: 8}, watermark_id=1)
+    state_store.open_range(state, previous, table, topic, [0, 1, 2])
+    state_store.seal_range(state, previous, table, {0: 3, 1: 5, 2: 8}, watermark_id=1)
     threads = 4
 
     for _ in range(3):
@@ -215,9 +215,9 @@ def test_concurrent_open_range_creates_one_range(config, state):
         barrier = threading.Barrier(threads)
 
         def opener(run: str = run, barrier: threading.Barrier = barrier) -> dict[int, int]:
-            with cp.connect(config.pg_dsn) as conn:
+            with state_store.connect(config.pg_dsn) as conn:
                 barrier.wait(timeout=30)
-                return cp.open_range(conn, run, table, topic, [0, 1, 2])
+                return state_store.open_range(conn, run, table, topic, [0, 1, 2])
 
         with ThreadPoolExecutor(threads) as pool:
             results = [f.result(timeout=60) for f in [pool.submit(opener) for _ in range(threads)]]
@@ -232,11 +232,13 @@ def test_concurrent_open_range_creates_one_range(config, state):
 
 def test_record_snapshot_upserts(state):
     run, table = unique("run"), unique("public.t")
-    cp.record_snapshot(state, run, table, {"snapshot": "100:120:103,110", "wal_lsn": "0/16B3748", "row_count": 5})
-    cp.record_snapshot(
+    state_store.record_snapshot(
+        state, run, table, {"snapshot": "100:120:103,110", "wal_lsn": "0/16B3748", "row_count": 5}
+    )
+    state_store.record_snapshot(
         state, run, table, {"xmin": 130, "xmax": 140, "xip": [135], "snapshot_id": "00000003-0000001B-1"}
     )
-    snapshot = cp.get_snapshot(state, run, table)
+    snapshot = state_store.get_snapshot(state, run, table)
     assert {k: snapshot[k] for k in ("xmin", "xmax", "xip", "snapshot_id", "wal_lsn", "row_count")} == {
         "xmin": 130,
         "xmax": 140,
@@ -250,9 +252,9 @@ def test_record_snapshot_upserts(state):
     ).fetchone()[0]
     assert count == 1
     with pytest.raises(ValueError, match="inconsistent"):
-        cp.record_snapshot(state, run, table, {"xmin": 10, "xmax": 20, "xip": [25]})
+        state_store.record_snapshot(state, run, table, {"xmin": 10, "xmax": 20, "xip": [25]})
     with pytest.raises(ValueError, match="unknown fields"):
-        cp.record_snapshot(state, run, table, {"xmin": 1, "xmax": 2, "xmin_typo": 3})
+        state_store.record_snapshot(state, run, table, {"xmin": 1, "xmax": 2, "xmin_typo": 3})
 
 
 # -- Kafka ------------------------------------------------------------------------------------------------------
@@ -275,21 +277,21 @@ def test_end_offsets_are_the_last_stable_offset_and_wait_for_open_transactions(c
     producer.flush(30)
 
     # offsets 0-2 committed records, 3 their commit marker, 4-5 records of the open transaction
-    eventually(lambda: cp.last_stable_offsets(bootstrap, topic, [0]) == {0: 4}, timeout=30, what="LSO at 4")
-    assert cp.log_end_offsets(bootstrap, topic, [0]) == {0: 6}
+    eventually(lambda: kafka_offsets.last_stable_offsets(bootstrap, topic, [0]) == {0: 4}, timeout=30, what="LSO at 4")
+    assert kafka_offsets.log_end_offsets(bootstrap, topic, [0]) == {0: 6}
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "isolation.level": "read_committed"})
     try:
         assert reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 4)
     finally:
         reader.close()
     began = time.monotonic()
-    with pytest.raises(cp.SealTimeout, match=topic) as raised:
-        cp.end_offsets(bootstrap, topic, [0], timeout=2)
+    with pytest.raises(sealing.SealTimeout, match=topic) as raised:
+        sealing.end_offsets(bootstrap, topic, [0], timeout=2)
     assert "stays open" in str(raised.value)
     assert time.monotonic() - began < 15
 
     producer.commit_transaction(30)
-    assert cp.end_offsets(bootstrap, topic, [0], timeout=30) == {0: 7}
+    assert sealing.end_offsets(bootstrap, topic, [0], timeout=30) == {0: 7}
     values = [raw.decode() for _, _, raw in read_range(bootstrap, topic, {0: 0}, {0: 7})]
     assert values == ["committed-0", "committed-1", "committed-2", "later-0", "later-1"]
 
@@ -301,22 +303,22 @@ def test_sealed_range_holds_every_inserted_row(config, state, pg):
     table = unique("public.customers")
     partitions = customers_partitions(config, pg)
     previous = unique("run")
-    cp.open_range(state, previous, table, topic, partitions)
-    cp.seal_range(state, previous, table, cp.end_offsets(bootstrap, topic, partitions, timeout=60), None)
+    state_store.open_range(state, previous, table, topic, partitions)
+    state_store.seal_range(state, previous, table, sealing.end_offsets(bootstrap, topic, partitions, timeout=60), None)
 
     run, marker = unique("run"), unique("burst")
-    start = cp.open_range(state, run, table, topic, partitions)
+    start = state_store.open_range(state, run, table, topic, partitions)
     for _ in range(20):
         insert_customers(pg, marker, 25)
     inserted = {row[0] for row in pg.execute("SELECT id FROM public.customers WHERE name = %s", (marker,))}
     assert len(inserted) == 500
 
-    watermark_id, txid = cp.write_watermark(state, run, WATERMARK_TABLE)
+    watermark_id, txid = sealing.write_watermark(state, run, WATERMARK_TABLE)
     assert pg.execute("SELECT run_id FROM public.cdc_watermark WHERE id = %s", (watermark_id,)).fetchone() == (run,)
     assert txid > 0
-    cp.wait_for_watermark(bootstrap, watermark_topic, watermark_id, timeout=120)
-    ends = cp.end_offsets(bootstrap, topic, partitions, timeout=60)
-    sealed = cp.seal_range(state, run, table, ends, watermark_id)
+    sealing.wait_for_watermark(bootstrap, watermark_topic, watermark_id, timeout=120)
+    ends = sealing.end_offsets(bootstrap, topic, partitions, timeout=60)
+    sealed = state_store.seal_range(state, run, table, ends, watermark_id)
     assert sealed.start == start and sealed.end == ends and sealed.watermark_id == watermark_id
 
     records = read_range(bootstrap, topic, start, ends)
@@ -326,20 +328,20 @@ def test_sealed_range_holds_every_inserted_row(config, state, pg):
 
 
 def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, pg):
-    """DESIGN.md section 5: every transaction the snapshot saw is in the sealed range, under concurrent writes."""
+    """Every transaction the snapshot saw is in the sealed range, under concurrent writes."""
     bootstrap, topic = config.bootstrap_servers, config.topic_for("public.customers")
     watermark_topic = config.topic_for(WATERMARK_TABLE)
     table = unique("public.customers")
     partitions = customers_partitions(config, pg)
     previous = unique("run")
-    cp.open_range(state, previous, table, topic, partitions)
+    state_store.open_range(state, previous, table, topic, partitions)
     seal = dict(
         bootstrap=bootstrap, table=table, watermark_table=WATERMARK_TABLE, watermark_topic=watermark_topic, timeout=120
     )
-    cp.seal_offsets(state, run_id=previous, **seal)
+    sealing.seal_offsets(state, run_id=previous, **seal)
 
     run, marker = unique("run"), unique("writer")
-    start = cp.open_range(state, run, table, topic, partitions)
+    start = state_store.open_range(state, run, table, topic, partitions)
     stop, written = threading.Event(), []
 
     def writer() -> None:
@@ -358,15 +360,15 @@ def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, 
             with snap.transaction():
                 text, lsn = snap.execute("SELECT pg_current_snapshot()::text, pg_current_wal_lsn()::text").fetchone()
                 seen = {r[0] for r in snap.execute("SELECT id FROM public.customers WHERE name = %s", (marker,))}
-        cp.record_snapshot(state, run, table, {"snapshot": text, "wal_lsn": lsn, "row_count": len(seen)})
-        sealed = cp.seal_offsets(state, run_id=run, **seal)
+        state_store.record_snapshot(state, run, table, {"snapshot": text, "wal_lsn": lsn, "row_count": len(seen)})
+        sealed = sealing.seal_offsets(state, run_id=run, **seal)
         eventually(lambda: len(written) >= len(seen) + 50, timeout=60, what="writer kept writing after the seal")
     finally:
         stop.set()
         thread.join(timeout=30)
 
     assert sealed.start == start and sealed.sealed
-    assert cp.seal_offsets(state, run_id=run, **seal) == sealed  # a cleared seal task keeps the range
+    assert sealing.seal_offsets(state, run_id=run, **seal) == sealed  # a cleared seal task keeps the range
     records = read_range(bootstrap, topic, sealed.start, sealed.end)
     missing = seen - created_ids(records)
     assert len(seen) >= 300
@@ -375,11 +377,11 @@ def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, 
 
 def test_watermark_visible_in_the_snapshot_is_refused(config, state):
     run, table, topic = unique("run"), unique("public.customers"), config.topic_for("public.customers")
-    cp.open_range(state, run, table, topic, [0])
+    state_store.open_range(state, run, table, topic, [0])
     future = state.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0] + 1_000_000
-    cp.record_snapshot(state, run, table, {"xmin": future, "xmax": future})
-    with pytest.raises(cp.WatermarkBeforeSnapshot, match="visible in the recorded snapshot"):
-        cp.seal_offsets(
+    state_store.record_snapshot(state, run, table, {"xmin": future, "xmax": future})
+    with pytest.raises(sealing.WatermarkBeforeSnapshot, match="visible in the recorded snapshot"):
+        sealing.seal_offsets(
             state,
             bootstrap=config.bootstrap_servers,
             run_id=run,
@@ -388,14 +390,14 @@ def test_watermark_visible_in_the_snapshot_is_refused(config, state):
             watermark_topic=config.topic_for(WATERMARK_TABLE),
             timeout=30,
         )
-    assert cp.get_range(state, run, table).sealed is False
+    assert state_store.get_range(state, run, table).sealed is False
 
 
 def test_watermark_timeout_names_topic_id_and_what_to_check(config):
     watermark_topic = config.topic_for(WATERMARK_TABLE)
     began = time.monotonic()
-    with pytest.raises(cp.SealTimeout) as raised:
-        cp.wait_for_watermark(config.bootstrap_servers, watermark_topic, 10**15, timeout=3)
+    with pytest.raises(sealing.SealTimeout) as raised:
+        sealing.wait_for_watermark(config.bootstrap_servers, watermark_topic, 10**15, timeout=3)
     message = str(raised.value)
     assert watermark_topic in message
     assert str(10**15) in message
@@ -404,11 +406,11 @@ def test_watermark_timeout_names_topic_id_and_what_to_check(config):
 
 
 def test_unreachable_database_and_broker_are_named():
-    with pytest.raises(cp.StateStoreUnavailable) as db:
-        cp.connect("host=127.0.0.1 port=1 dbname=state user=pipeline password=s3cret", connect_timeout=3)
+    with pytest.raises(state_store.StateStoreUnavailable) as db:
+        state_store.connect("host=127.0.0.1 port=1 dbname=state user=pipeline password=s3cret", connect_timeout=3)
     assert "127.0.0.1:1/state" in str(db.value)
     assert "s3cret" not in str(db.value)
-    with pytest.raises(cp.BrokerUnavailable, match=re.escape("127.0.0.1:1")):
-        cp.end_offsets("127.0.0.1:1", "cdc.public.customers", [0], timeout=3)
-    with pytest.raises(cp.BrokerUnavailable, match=re.escape("127.0.0.1:1")):
-        cp.wait_for_watermark("127.0.0.1:1", "cdc.public.cdc_watermark", 1, timeout=3)
+    with pytest.raises(kafka_offsets.BrokerUnavailable, match=re.escape("127.0.0.1:1")):
+        sealing.end_offsets("127.0.0.1:1", "cdc.public.customers", [0], timeout=3)
+    with pytest.raises(kafka_offsets.BrokerUnavailable, match=re.escape("127.0.0.1:1")):
+        sealing.wait_for_watermark("127.0.0.1:1", "cdc.public.cdc_watermark", 1, timeout=3)

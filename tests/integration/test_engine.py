@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import connector_config
 from cdc_dev.stack.topics import read_topic, unwrap
-from cdc_reconcile import checkpoints, storage
+from cdc_reconcile import errors, kafka_offsets, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
 from cdc_reconcile.lake import TableLake
@@ -214,7 +214,7 @@ def _file_hashes(base: Path) -> dict[str, str]:
 def _high_watermark(bootstrap: str, topic: str) -> int:
     try:
         return sum(
-            checkpoints.log_end_offsets(bootstrap, topic, checkpoints.list_partitions(bootstrap, topic)).values()
+            kafka_offsets.log_end_offsets(bootstrap, topic, kafka_offsets.list_partitions(bootstrap, topic)).values()
         )
-    except checkpoints.CheckpointError:
+    except errors.ReconcileError:
         return 0

@@ -27,7 +27,7 @@ from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
 from cdc_dev.stack.topics import read_topic
-from cdc_reconcile import checkpoints, run_state, storage
+from cdc_reconcile import run_state, state_store, storage
 from cdc_reconcile.phase import Phase
 
 from .conftest import eventually
@@ -90,14 +90,14 @@ def task(result: DagRunResult, name: str) -> str | None:
 
 
 def outcome(config, run_id: str, phase: Phase) -> dict:
-    with checkpoints.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.pg_dsn) as conn:
         return run_state.latest_suite_outcome(conn, run_id, TABLE, phase)
 
 
 def independent_duplicates(config, run_id: str) -> dict[str, int]:
     """Duplicates in the run's offset range, by cause, counted from the raw topic with a plain consumer."""
-    with checkpoints.connect(config.pg_dsn) as conn:
-        sealed = checkpoints.get_range(conn, run_id, TABLE)
+    with state_store.connect(config.pg_dsn) as conn:
+        sealed = state_store.get_range(conn, run_id, TABLE)
     return duplicates(consume(config.bootstrap_servers, TOPIC, timeout=30), sealed.start, sealed.end)
 
 
@@ -203,7 +203,7 @@ def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_a
     assert task(result, "publish_lake_table") in ("upstream_failed", "skipped")
     counts = outcome(config, result.run_id, Phase.BEFORE_REPAIR)["counts"]
     assert (counts["missing"], counts["stale"], counts["extra"]) == (4, 3, 2), counts
-    with checkpoints.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.pg_dsn) as conn:
         assert run_state.audit_counts(conn, result.run_id, TABLE) == {"extra": 2, "missing": 4, "stale": 3}
 
     new = alerts.received[already:]

@@ -24,7 +24,7 @@ import requests
 
 from cdc_dev.loader import run_loader
 from cdc_dev.stack import Stack, StackConfig
-from cdc_reconcile import checkpoints
+from cdc_reconcile import kafka_offsets
 from cdc_reconcile.config import default_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -188,7 +188,7 @@ def test_trigger_with_a_param_from_the_ui_and_see_the_run_succeed(airflow_stack:
     run_loader(config.pg_dsn, rate=0, count=60, mix={"insert": 1.0}, seed=7)
     for table in default_config().tables:
         wait_for(
-            lambda t=table: checkpoints.list_partitions(config.bootstrap_servers, t.topic, timeout=5),
+            lambda t=table: kafka_offsets.list_partitions(config.bootstrap_servers, t.topic, timeout=5),
             timeout=120,
             what=f"topic {table.topic}",
         )

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from cdc_reconcile import checkpoints
+from cdc_reconcile import kafka_offsets
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.debezium import DecodeOptions
-from cdc_reconcile.errors import InputError, UnreachableError
+from cdc_reconcile.errors import InputError, ReconcileError
 from cdc_reconcile.jobs.job_cli import EXIT_DONE, flag, job_parser, run_job, session, summary_line
 from cdc_reconcile.run import RunSettings, TableRun
 
@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise InputError("give --state-dsn or both --starting-offsets and --ending-offsets")
         try:  # an unreachable broker gets one line naming it, not Spark's stack trace a minute later
-            checkpoints.list_partitions(args.bootstrap_servers, table.topic, timeout=args.kafka_timeout)
-        except checkpoints.CheckpointError as exc:
-            raise UnreachableError(f"{table.name}: {exc}") from exc
+            kafka_offsets.list_partitions(args.bootstrap_servers, table.topic, timeout=args.kafka_timeout)
+        except ReconcileError as exc:
+            raise type(exc)(f"{table.name}: {exc}") from exc
         run = TableRun(table, args.run_id, settings, spark=session(f"{PROG}:{table.name}", args))
         try:
             summary = run.compact(full_rescan=args.full_rescan, offsets=offsets)

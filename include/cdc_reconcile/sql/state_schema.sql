@@ -1,6 +1,6 @@
 -- Pipeline state in PostgreSQL: offset ranges and run state keyed by DAG run,
 -- snapshot metadata, expectation results and the repair audit. Idempotent; applied in one
--- transaction under an advisory lock by checkpoints.ensure_state_schema(), because concurrent
+-- transaction under an advisory lock by state_store.ensure_state_schema(), because concurrent
 -- CREATE ... IF NOT EXISTS statements can still collide on the catalog.
 
 SELECT pg_advisory_xact_lock(hashtextextended('cdc_reconcile.state_schema', 0));
