@@ -2,10 +2,10 @@
 # The fault matrix: install what is missing, then run every fault scenario on the runner's own fresh
 # embedded stack (ports 55492 / 59152 / 59153 / 58143, run folder .run/faults), 3 times by default,
 # stopping the stack after each repetition. Results: test-artifacts/faults/<timestamp>.json and .md,
-# and test-artifacts/faults/latest.md. Extra arguments go to `cdc-faults run`, e.g.
+# and test-artifacts/faults/latest.md. Extra arguments go to `cdc-faults run` (`python -m cdc_dev.faults run`), e.g.
 # `bash scripts/faults.sh --scenario lost_events --repeat 1`.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-exec .venv/bin/cdc-faults run --scenario all --repeat 3 --out "$ROOT/test-artifacts/faults" "$@"
+exec .venv/bin/python -m cdc_dev.faults run --scenario all --repeat 3 --out "$ROOT/test-artifacts/faults" "$@"

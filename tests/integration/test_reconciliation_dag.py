@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psycopg
 import pytest
 
-from cdc_dev.faults import consume, duplicates
+from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag

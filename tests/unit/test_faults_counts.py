@@ -5,21 +5,18 @@ from __future__ import annotations
 import base64
 from decimal import Decimal
 
-from cdc_dev.faults import (
-    RUNNER_ENV,
+from cdc_dev.faults.checks import (
     RawRecord,
-    ScenarioResult,
-    compare,
     decode_decimal,
     differences,
     duplicates,
     event_positions,
     fold,
-    markdown,
-    matrix,
     parquet_digest,
-    repetition_environment,
 )
+from cdc_dev.faults.cli import RUNNER_ENV, repetition_environment
+from cdc_dev.faults.report import markdown, matrix
+from cdc_dev.faults.result import ScenarioResult, compare
 
 
 def money(value: str) -> str:
@@ -89,7 +86,7 @@ def test_markdown_marks_a_detection_that_differs_from_the_independent_count():
         True,
     )
     bad = ScenarioResult("y", "Y", detected={"missing": 1}, independent={"missing": 2}, error="boom")
-    good.lake_mismatches = 0
+    good.lake_mismatches, good.missed = 0, 0
     table = markdown([good, bad])
     assert "| X | 1 | kills 1 | redelivery 2 | redelivery 2 | redelivery 2 | 0 | 0 | yes |" in table
     assert "missing 1 ❌" in table and "error: boom" in table
@@ -99,7 +96,7 @@ def test_markdown_marks_a_detection_that_differs_from_the_independent_count():
 def test_a_failed_check_fails_the_scenario_and_is_named_in_the_matrix():
     result = ScenarioResult("spark_kill", "6. S", detected={"redelivery": 4}, independent={"redelivery": 4})
     result.repaired, result.repaired_ok, result.rows_lost, result.lake_mismatches = {"redelivery": 4}, True, 0, 0
-    result.false_alarms, result.second_run_clean = 0, True
+    result.false_alarms, result.missed, result.second_run_clean = 0, 0, True
     result.checks = {"task retried": True, "no half-written folder left": True}
     assert result.passed
     result.checks["no half-written folder left"] = False
@@ -151,7 +148,7 @@ def test_matrix_has_one_line_per_scenario_over_its_repetitions():
         r = ScenarioResult(scenario, title, repetition, injected={"kills": 1}, seconds=seconds)
         r.detected = r.independent = {"redelivery": found}
         r.repaired, r.repaired_ok, r.rows_lost, r.lake_mismatches = {"redelivery": found}, True, 0, 0
-        r.false_alarms, r.second_run_clean = 0, True
+        r.false_alarms, r.missed, r.second_run_clean = 0, 0, True
         return r
 
     figures = ((1, 204, 90), (2, 204, 70), (3, 9, 80))

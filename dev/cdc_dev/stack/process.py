@@ -13,6 +13,9 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class StackError(RuntimeError):
@@ -20,20 +23,24 @@ class StackError(RuntimeError):
 
 
 def wait_until(
-    condition: Callable[[], bool],
+    condition: Callable[[], T],
     *,
     timeout: float,
     what: str,
     log: Path | None = None,
     interval: float = 0.25,
     alive: Callable[[], bool] | None = None,
-) -> None:
-    """Poll ``condition`` until it holds or ``timeout`` seconds pass; never a fixed sleep."""
+) -> T:
+    """Poll ``condition`` until it returns something true, and return that; never a fixed sleep.
+
+    Raises :class:`StackError` after ``timeout`` seconds, or as soon as ``alive()`` turns false.
+    """
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if condition():
-                return
+            found = condition()
+            if found:
+                return found
         except Exception:  # a service that is still starting refuses connections
             pass
         if alive is not None and not alive():

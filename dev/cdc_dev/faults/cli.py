@@ -1,0 +1,168 @@
+"""``cdc-faults`` (``python -m cdc_dev.faults``): run the scenarios on the runner's own stack, list them, report.
+
+Repetitions run one after the other on a fresh stack each, or several at once (``--parallel``), each
+in a child process on its own stack with ports shifted by 1000 per repetition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..stack import StackConfig
+from ..stack.config import REPO_ROOT
+from .harness import FaultRunner
+from .report import load_results, markdown, matrix, save_results
+from .result import ScenarioResult
+from .scenarios import SCENARIOS, run_scenarios
+
+# The runner's own stack, apart from a developer's (55432...) and the tests' (55442...).
+RUNNER_ENV = {
+    "CDC_PG_PORT": "55492",
+    "CDC_KAFKA_PORT": "59152",
+    "CDC_KAFKA_CONTROLLER_PORT": "59153",
+    "CDC_CONNECT_PORT": "58143",
+    "CDC_AIRFLOW_PORT": "58195",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        loaded = [r for f in args.files for r in load_results(f)]
+        print(matrix(loaded) + "\n" + markdown(loaded))
+        return 0
+    if args.command == "list":
+        for name, scenario in SCENARIOS.items():
+            print(f"{scenario.number}  {name}")
+        print("bad inputs: tests/integration/test_bad_inputs.py (one table, its own connector)")
+        return 0
+    names = list(SCENARIOS) if args.scenario == "all" else [n.strip() for n in args.scenario.split(",")]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)} or all")
+    names = [n for n in SCENARIOS if n in names]  # the order the scenarios need
+    if args.repeat < 1 or args.parallel < 1:
+        parser.error("--repeat and --parallel must be at least 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = args.stamp or time.strftime("%Y%m%dT%H%M%S")
+    if args.parallel > 1 and args.repeat > 1:
+        return _run_in_parallel(names, args.repeat, args.parallel, args.out, stamp)
+    return _run_here(names, range(args.first_repetition, args.first_repetition + args.repeat), args.out, stamp)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cdc-faults",
+        description="Fault scenarios on the embedded stack, each checked against counts the pipeline did not take.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run scenarios on the runner's own fresh stack, then stop it")
+    run.add_argument("--scenario", default="all", help=f"all, or a comma-separated subset of {', '.join(SCENARIOS)}")
+    run.add_argument("--repeat", type=int, default=1, help="repetitions, each on a fresh stack")
+    run.add_argument("--out", type=Path, default=Path("test-artifacts/faults"), help="folder for JSON and Markdown")
+    run.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="repetitions run at once, each on its own stack: ports shifted by 1000 per repetition, "
+        "run folder .run/faults-<n>, log <out>/<stamp>-rep<n>.log",
+    )
+    run.add_argument("--first-repetition", type=int, default=1, help=argparse.SUPPRESS)
+    run.add_argument("--stamp", default=None, help=argparse.SUPPRESS)
+    sub.add_parser("list", help="the scenarios")
+    report = sub.add_parser("report", help="the Markdown matrix from a run's JSON file or its printed log")
+    report.add_argument("files", nargs="+", type=Path)
+    return parser
+
+
+def _log(message: str) -> None:
+    print(f"[faults {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _run_here(names: list[str], repetitions: range, out: Path, stamp: str) -> int:
+    """Each repetition in this process on the runner's own fresh stack, stopped afterwards."""
+    for key, value in RUNNER_ENV.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("CDC_RUN_DIR", str(REPO_ROOT / ".run" / "faults"))
+    os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"
+    results: list[ScenarioResult] = []
+
+    def save() -> None:
+        save_results(out, stamp, results, machine=machine_info())
+
+    for repetition in repetitions:
+        runner = FaultRunner(StackConfig(), log=_log)
+        try:
+            runner.start()
+            run_scenarios(runner, names, repetition, on_result=lambda r: (results.append(r), save()))
+        except Exception as exc:
+            results.append(
+                ScenarioResult("stack", "stack", repetition=repetition, error=f"{type(exc).__name__}: {exc}")
+            )
+        finally:
+            save()
+            runner.stop()
+    save()
+    print(matrix(results) + "\n" + markdown(results))
+    print(f"results: {out / (stamp + '.json')}")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def repetition_environment(repetition: int) -> dict[str, str]:
+    """Ports and run folder of repetition ``repetition`` when several run at once: base + 1000 per repetition."""
+    shift = 1000 * (repetition - 1)
+    env = {key: str(int(os.environ.get(key, value)) + shift) for key, value in RUNNER_ENV.items()}
+    base = Path(os.environ.get("CDC_RUN_DIR", str(REPO_ROOT / ".run" / "faults")))
+    env["CDC_RUN_DIR"] = str(base if repetition == 1 else base.with_name(f"{base.name}-{repetition}"))
+    env["CDC_AIRFLOW_SCHEDULES"] = "off"
+    return env
+
+
+def _run_in_parallel(names: list[str], repeat: int, parallel: int, out: Path, stamp: str) -> int:
+    """Each repetition in a child ``cdc-faults run`` on its own stack, ``parallel`` at a time; one merged matrix."""
+    waiting, running = list(range(1, repeat + 1)), {}
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            repetition = waiting.pop(0)
+            part = f"{stamp}-rep{repetition}"
+            argv = [sys.executable, "-m", "cdc_dev.faults", "run", "--scenario", ",".join(names)]
+            argv += ["--repeat", "1", "--first-repetition", str(repetition), "--out", str(out), "--stamp", part]
+            with (out / f"{part}.log").open("w") as child_log:
+                child = subprocess.Popen(
+                    argv,
+                    env={**os.environ, **repetition_environment(repetition)},
+                    stdout=child_log,
+                    stderr=subprocess.STDOUT,
+                )
+            running[repetition] = child
+            _log(f"repetition {repetition}: pid {child.pid}, log {out / (part + '.log')}")
+        for repetition, child in list(running.items()):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+            if child.returncode is not None:
+                _log(f"repetition {repetition}: exit {child.returncode}")
+                del running[repetition]
+    results: list[ScenarioResult] = []
+    for repetition in range(1, repeat + 1):
+        part = out / f"{stamp}-rep{repetition}.json"
+        if part.exists():
+            results.extend(load_results(part))
+        else:
+            results.append(ScenarioResult("stack", "stack", repetition=repetition, error=f"no results: see {part}"))
+    save_results(out, stamp, results, machine=machine_info(), parallel=parallel)
+    print(matrix(results) + "\n" + markdown(results))
+    print(f"results: {out / (stamp + '.json')}")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures depend on: cores, load, Python."""
+    return {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": sys.version.split()[0]}

@@ -1,0 +1,75 @@
+"""The eight fault scenarios, one module each, and :func:`run_scenarios`, which runs them in order."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from typing import NamedTuple
+
+from ..harness import FaultRunner
+from ..result import ScenarioResult
+from .aborted_eos_on import aborted_eos_on
+from .broker_restart import broker_restart
+from .lost_events import lost_events
+from .redelivery_eos_off import redelivery_eos_off
+from .replication_kill import replication_kill
+from .snapshot_kill import snapshot_kill
+from .spark_kill import spark_kill
+from .task_rerun import task_rerun
+
+
+class Scenario(NamedTuple):
+    number: int
+    run: Callable[[FaultRunner], ScenarioResult]
+
+
+# Run order of ``all``: the initial-snapshot kill needs the fresh stack; the task re-run needs a clean run.
+SCENARIOS: dict[str, Scenario] = {
+    "snapshot_kill": Scenario(2, snapshot_kill),
+    "lost_events": Scenario(5, lost_events),
+    "redelivery_eos_off": Scenario(3, redelivery_eos_off),
+    "task_rerun": Scenario(7, task_rerun),
+    "spark_kill": Scenario(6, spark_kill),
+    "broker_restart": Scenario(8, broker_restart),
+    "replication_kill": Scenario(1, replication_kill),
+    "aborted_eos_on": Scenario(4, aborted_eos_on),
+}
+
+
+def run_scenarios(
+    runner: FaultRunner,
+    names: Iterable[str],
+    repetition: int = 1,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Run ``names`` in order on ``runner``'s stack; a failing scenario is recorded, the rest still run.
+
+    ``on_result`` sees each record as soon as it exists, so an interrupted run keeps what it measured.
+    """
+    results: list[ScenarioResult] = []
+    for name in names:
+        began = time.monotonic()
+        runner.log(f"scenario {name} (repetition {repetition})")
+        try:
+            if name != "snapshot_kill" and runner.last_clean_run is None:
+                baseline = runner.ensure_baseline()
+                if baseline is not None:
+                    baseline.repetition = repetition
+                    results.append(baseline)
+                    if on_result:
+                        on_result(baseline)
+            result = SCENARIOS[name].run(runner)
+        except Exception as exc:  # one broken scenario must not hide the others' figures
+            result = ScenarioResult(name, name, error=f"{type(exc).__name__}: {exc}")
+        result.repetition = repetition
+        result.seconds = round(time.monotonic() - began, 1)
+        runner.log(f"scenario {name}: {'PASS' if result.passed else 'FAIL'} {json.dumps(asdict(result), default=str)}")
+        results.append(result)
+        if on_result:
+            on_result(result)
+    return results
+
+
+__all__ = ["SCENARIOS", "Scenario", "run_scenarios"]

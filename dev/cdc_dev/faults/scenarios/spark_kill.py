@@ -1,0 +1,92 @@
+"""Scenario 6: the compaction's Spark job ``kill -9``-ed while it writes a dataset; Airflow retries the task.
+
+The range holds redelivered records too, so the retried compaction must still find each once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from ...stack import StackError
+from ...stack.process import wait_until
+from ...stack.topics import read_topic
+from ..harness import GROUP, FaultRunner
+from ..result import ScenarioResult
+
+
+def spark_kill(runner: FaultRunner) -> ScenarioResult:
+    """40 records redelivered, then ``compact_cdc`` killed mid-write during the first DAG run."""
+    result = ScenarioResult("spark_kill", "6. Spark job kill -9 mid-write, task retried")
+    runner.ensure_baseline()
+    start_state, start_offsets = runner.begin()
+    with runner.loading(rate=150, seed=19):
+        runner.progress(600)
+    runner.settle()
+    redelivered = redeliver(runner, 40)
+    killed: dict[str, Any] = {}
+    first = runner.measure(
+        result,
+        independent_of=runner.independent_from(start_state, start_offsets),
+        during=lambda dag: killed.update(kill_spark_job_mid_write(runner, "compact_cdc", dag)),
+    )
+    tries = first.tries.get(f"{GROUP}.compact_cdc[0]", 0)
+    events = runner.events_match_kafka(first.run_id)
+    leftovers = runner.stages()
+    result.injected = {"spark_jobs_killed": 1, "redelivered_records": redelivered}
+    result.checks = {
+        "task retried": tries >= 2,
+        "each record of the range once in events": events["extra_copies"] == 0 and events["absent"] == 0,
+        "no half-written folder left": not leftovers,
+    }
+    result.notes.append(
+        f"killed compact_cdc while writing {killed.get('writing')}; tries {tries}; events {events}; "
+        f"staging leftovers {[str(p) for p in leftovers]}"
+    )
+    return result
+
+
+def kill_spark_job_mid_write(runner: FaultRunner, job: str, dag: threading.Thread) -> dict[str, Any]:
+    """``kill -9`` ``job`` once it has a dataset folder half-written; returns what was killed where."""
+
+    def writing() -> tuple[list[int], list[Path]] | None:
+        pids = runner.spark_job_pids(job)
+        stages = [p for p in runner.stages() if any(p.rglob("*"))] if pids else []
+        return (pids, stages) if stages else None
+
+    pids, stages = runner.wait_during(dag, writing, what=f"{job} was caught writing", timeout=1200, interval=0.05)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not set(pids) & set(runner.spark_job_pids(job)), timeout=30, what=f"{job} gone", interval=0.5)
+    written = [str(p.relative_to(runner.config.lake_root)) for p in stages]
+    runner.log(f"  killed {job} (pids {pids}) while writing {written}")
+    return {"pids": pids, "writing": written}
+
+
+def redeliver(runner: FaultRunner, count: int) -> int:
+    """Write the topic's last ``count`` committed change events again (same key and value): a redelivery.
+
+    Tombstones are left out: they carry no change, so no count would include them.
+    """
+    from confluent_kafka import Producer
+
+    bootstrap = runner.config.bootstrap_servers
+    changes = [r for r in read_topic(bootstrap, runner.topic) if r.payload]
+    records = changes[-count:]
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
+    for record in records:
+        producer.produce(
+            runner.topic,
+            key=None if record.key is None else json.dumps(record.key).encode(),
+            value=None if record.value is None else json.dumps(record.value).encode(),
+            partition=record.partition,
+        )
+    if producer.flush(60):
+        raise StackError(f"redelivering {count} records to {runner.topic}: not all acknowledged within 60s")
+    return len(records)
