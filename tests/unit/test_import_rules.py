@@ -25,7 +25,8 @@ PARSE_SCRIPT = """
 import json, sys, tempfile, time
 from airflow.dag_processing.dagbag import DagBag
 
-DagBag(dag_folder=tempfile.mkdtemp())
+with tempfile.TemporaryDirectory() as empty:
+    DagBag(dag_folder=empty)
 before = set(sys.modules)
 start = time.perf_counter()
 bag = DagBag(dag_folder=sys.argv[1])
@@ -37,6 +38,7 @@ print(sys.argv[2] + json.dumps({
     "top_level_loaded": sorted({name.split(".")[0] for name in sys.modules}),
     "product_loaded": sorted(name for name in sys.modules if name.startswith("cdc_reconcile")),
     "dags": sorted(bag.dags),
+    "applications": sorted({t.application for d in bag.dags.values() for t in d.tasks if hasattr(t, "application")}),
     "import_errors": {str(path): str(error) for path, error in bag.import_errors.items()},
 }))
 """
@@ -69,18 +71,20 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str, bool]]:
     return found
 
 
-def parse_dag_folder(dag_folder: Path, airflow_home: Path, python: str = sys.executable, **run) -> dict:
-    """Parse ``dag_folder`` with DagBag in a fresh interpreter; no connections, variables or Airflow settings
-    from the caller's environment, a fresh AIRFLOW_HOME."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+def parse_dag_folder(
+    dag_folder: Path, airflow_home: Path, *, python: str = sys.executable, env: dict | None = None, cwd: Path
+) -> dict:
+    """Parse ``dag_folder`` with DagBag in a fresh interpreter, with a fresh AIRFLOW_HOME and no connections,
+    variables or Airflow settings from the caller's environment."""
+    env = {key: value for key, value in (os.environ if env is None else env).items() if not key.startswith("AIRFLOW")}
     env.update(AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__LOAD_EXAMPLES="False")
-    run.setdefault("env", env)
     done = subprocess.run(
         [python, "-c", PARSE_SCRIPT, str(dag_folder), RESULT_PREFIX],
         capture_output=True,
         text=True,
         timeout=300,
-        **run,
+        env=env,
+        cwd=cwd,
     )
     assert done.returncode == 0, f"the DAG parse exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
