@@ -30,11 +30,10 @@ import datetime as dt
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import AssetAlias, Param, TriggerRule, dag, task, task_group
 
-from cdc_reconcile.config import default_config
 from cdc_reconcile.orchestration import tasks as steps
 from cdc_reconcile.orchestration.alerts import CRITICAL, WARNING, ReconciliationNotifier
 
-CONFIGURED_TABLES = default_config().names
+CONFIGURED_TABLES = steps.configured_tables()
 LAKE_TABLES = AssetAlias("cdc_lake_tables")
 RUN_ARGS = ["--run-id", "{{ run_id }}", "--lake-root", "{{ var.value.cdc_lake_root }}"]
 SPARK_ENV = {

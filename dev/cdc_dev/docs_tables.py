@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdc_dev.faults import load_results, matrix
+from cdc_dev.faults.report import load_results, matrix
 
 END_MARKER = "<!-- END generated -->"
 DEFAULT_ROOT = Path(__file__).resolve().parents[2]
