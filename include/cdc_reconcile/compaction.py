@@ -1,4 +1,4 @@
-"""From Debezium events to the changelog and the lake table (DESIGN.md sections 4 and 5).
+"""From Debezium events to the changelog and the lake table.
 
 * ``mark_duplicates`` names every duplicate by cause. A *redelivery* is the same change (key, op,
   ``source.txId``, ``source.lsn``) at a later offset. A *snapshot re-run* is an ``r`` event for a key
@@ -7,7 +7,7 @@
   the suite's event-uniqueness expectation fails on them and repair drops them (``repair``), so a
   downstream reader of the changelog sees every change exactly once after the run.
 * ``fold_table`` folds each key's events in emission order: Kafka offset within the key's partition
-  (Debezium emits in commit order; ``source.lsn`` alone is wrong, see DESIGN.md section 5), then a
+  (Debezium emits in commit order; ``source.lsn`` alone is wrong), then a
   sub-position so that repair events sit right after the offset they were placed at. A snapshot round
   is a complete table image, so its first offset resets its partition: older events and older lake
   rows there no longer count. Unchanged TOAST columns are filled from the key's previous state.
@@ -191,13 +191,6 @@ def changelog_rows(decoded: DataFrame, key: Sequence[str]) -> tuple[DataFrame, D
         "after_row",
     )
     return changelog, quarantined
-
-
-def to_changelog(
-    marked: DataFrame, spec: TableSpec, key: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
-) -> tuple[DataFrame, DataFrame]:
-    """Typed changelog rows (duplicates flagged) and the events that could not be decoded."""
-    return changelog_rows(decode_changes(marked, spec, key, options), key)
 
 
 def _snapshot_read() -> Column:

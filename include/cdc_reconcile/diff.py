@@ -1,4 +1,4 @@
-"""Point-in-time comparison of the lake copy with a source snapshot (DESIGN.md sections 5 and 7).
+"""Point-in-time comparison of the lake copy with a source snapshot.
 
 The lake side is folded over exactly the events whose transactions the snapshot saw, so a source
 that keeps changing while the run goes on causes no false alarm: later events wait for the next run.

@@ -1,4 +1,4 @@
-"""Repair as events, never as edits (DESIGN.md section 8).
+"""Repair as events, never as edits.
 
 Each difference found against the snapshot becomes one changelog row with origin ``reconcile``: the
 snapshot's row (op ``r``) for a missing or stale key, a delete (op ``d``) for an extra one. It is

@@ -1,4 +1,4 @@
-"""Atomic, idempotent Parquet datasets on the local filesystem (DESIGN.md section 4).
+"""Atomic, idempotent Parquet datasets on the local filesystem .
 
 Two shapes of dataset:
 
@@ -376,15 +376,6 @@ def list_versions(path: str | os.PathLike[str]) -> list[str]:
     if manifest and manifest["version"] in on_disk and manifest["version"] not in history:
         history.append(manifest["version"])
     return sorted(on_disk - set(history)) + history
-
-
-def write_metadata(path: str | os.PathLike[str], version: str, metadata: dict[str, Any]) -> None:
-    """Merge ``metadata`` into the version's JSON sidecar (atomically; other keys are kept)."""
-    folder = version_path(path, check_name(version))
-    if folder is None:
-        raise StorageError(f"{path}: version {version!r} does not exist; publish it first")
-    sidecar = Path(folder) / SIDECAR
-    _write_json_atomic(sidecar, {**(_read_json(sidecar) or {}), **metadata})
 
 
 def read_metadata(path: str | os.PathLike[str], version: str | None = None) -> dict[str, Any] | None:

@@ -14,13 +14,14 @@ from cdc_reconcile.compaction import (
     REDELIVERY,
     SNAPSHOT_RERUN,
     change_events,
+    changelog_rows,
+    decode_changes,
     duplicate_counts,
     fold_table,
     foreign_events,
     mark_duplicates,
     of_table,
     snapshot_resets,
-    to_changelog,
     with_raw_values,
     without_raw_values,
 )
@@ -39,6 +40,11 @@ RAW = T.StructType(
         T.StructField("value", T.BinaryType()),
     ]
 )
+
+
+def typed_changelog(marked, spec, key):
+    """Typed changelog rows and undecodable events, as compaction derives them."""
+    return changelog_rows(decode_changes(marked, spec, key), key)
 
 
 def event(offset, op, key, after=None, before=None, txid=100, lsn=1000, snapshot="false", partition=0):
@@ -90,7 +96,7 @@ def table(spark, rows):
 def fold(spark, rows, previous=None, history=None):
     events = parsed(spark, rows)
     marked = mark_duplicates(events, history)
-    changelog, quarantined = to_changelog(marked, SPEC, KEY)
+    changelog, quarantined = typed_changelog(marked, SPEC, KEY)
     assert quarantined.count() == 0
     resets = snapshot_resets(changelog)
     return fold_table(changelog, SPEC, KEY, previous=previous, resets=resets), marked
@@ -138,7 +144,7 @@ def test_the_changelog_keeps_duplicates_flagged_until_repair_drops_them(spark):
         event(3, "u", 2, {"id": 2, "name": "b2", "qty": 3}, {"id": 2}, txid=61, lsn=960),
         event(4, "u", 2, {"id": 2, "name": "b2", "qty": 3}, {"id": 2}, txid=61, lsn=960),
     ]
-    changelog, _ = to_changelog(mark_duplicates(parsed(spark, rows)), SPEC, KEY)
+    changelog, _ = typed_changelog(mark_duplicates(parsed(spark, rows)), SPEC, KEY)
     flagged = changelog.select("offset", "duplicate_class")
     assertDataFrameEqual(
         flagged,
@@ -273,7 +279,7 @@ def test_compound_keys_fold_per_key(spark, partitions):
         line(3 if p == q else 1, "d", 1, 2, "b", 13, q),
     ]
     events = parsed(spark, rows)
-    changelog, _ = to_changelog(mark_duplicates(events), spec, key)
+    changelog, _ = typed_changelog(mark_duplicates(events), spec, key)
     result = fold_table(changelog, spec, key).select(*spec)
     assertDataFrameEqual(result, spark.createDataFrame([(1, 1, "a2")], "order_id long, line_no int, sku string"))
 
@@ -287,8 +293,8 @@ def test_decoding_without_raw_values_gives_the_same_changelog_and_quarantine(spa
     ]
     good, _ = parse_envelopes(spark.createDataFrame(rows, RAW), schemas=False)
     events = change_events(good)
-    changelog, quarantined = to_changelog(mark_duplicates(events), SPEC, KEY)
-    lean_changelog, lean_quarantined = to_changelog(mark_duplicates(without_raw_values(events)), SPEC, KEY)
+    changelog, quarantined = typed_changelog(mark_duplicates(events), SPEC, KEY)
+    lean_changelog, lean_quarantined = typed_changelog(mark_duplicates(without_raw_values(events)), SPEC, KEY)
     assert quarantined.count() == 2
     assertDataFrameEqual(lean_changelog, changelog)
     assertDataFrameEqual(with_raw_values(lean_quarantined, good), quarantined)
@@ -306,7 +312,7 @@ def test_a_truncate_empties_the_table_and_later_changes_count(spark):
     result, marked = fold(spark, rows)
     assertDataFrameEqual(state(result), table(spark, [(2, "b2", 5), (3, "c", 3)]))
     # the truncate is a change of the range, kept in the changelog, and the fold of the changelog applies it
-    changelog, _ = to_changelog(marked, SPEC, KEY)
+    changelog, _ = typed_changelog(marked, SPEC, KEY)
     assert [(r["op"], r["key"]) for r in changelog.filter("op = 't'").collect()] == [("t", None)]
 
     # incrementally: the previous lake table's rows are older than the truncate

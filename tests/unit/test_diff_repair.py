@@ -5,12 +5,12 @@ from __future__ import annotations
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from cdc_reconcile.compaction import fold_table, mark_duplicates, to_changelog
+from cdc_reconcile.compaction import fold_table, mark_duplicates
 from cdc_reconcile.diff import EXTRA, MISSING, STALE, diff_rows, lake_as_of, summarise, visible_changes
 from cdc_reconcile.repair import audit_rows, repair_events
 from cdc_reconcile.visibility import PgSnapshot
 
-from .test_compaction import KEY, SPEC, event, parsed, truncate
+from .test_compaction import KEY, SPEC, event, parsed, truncate, typed_changelog
 
 COLUMNS = list(SPEC)
 # xmin 100, xmax 110, transaction 105 still in progress when the snapshot was taken
@@ -18,7 +18,7 @@ SNAPSHOT = PgSnapshot(100, 110, (105,))
 
 
 def changelog_of(spark, rows):
-    changelog, quarantined = to_changelog(mark_duplicates(parsed(spark, rows)), SPEC, KEY)
+    changelog, quarantined = typed_changelog(mark_duplicates(parsed(spark, rows)), SPEC, KEY)
     assert quarantined.count() == 0
     return changelog
 

@@ -1,4 +1,4 @@
-"""docker-compose.yaml describes the same stack as the embedded one (DESIGN.md section 9).
+"""docker-compose.yaml describes the same stack as the embedded one.
 
 No Docker and no network: the file is parsed with PyYAML and checked the way Compose and the
 images would read it (``${VAR:-default}`` resolved to its default, ``$$`` to ``$``, the images'

@@ -224,10 +224,9 @@ def test_prune_keeps_the_newest_and_never_the_live_one(spark, tmp_path, monkeypa
         storage.prune(path, keep=0)
 
 
-def test_metadata_sidecar_merges_and_survives_readers(spark, tmp_path):
+def test_metadata_sidecar_is_published_with_the_version_and_survives_readers(spark, tmp_path):
     path = tmp_path / "snapshot"
-    storage.publish(frame(spark, rows(5)), path, "run-1", metadata={"xmin": 10})
-    storage.write_metadata(path, "run-1", {"xmax": 12, "xip": [11]})
+    storage.publish(frame(spark, rows(5)), path, "run-1", metadata={"xmin": 10, "xmax": 12, "xip": [11]})
     assert storage.read_metadata(path, "run-1") == {
         "xmin": 10,
         "xmax": 12,
@@ -238,8 +237,6 @@ def test_metadata_sidecar_merges_and_survives_readers(spark, tmp_path):
     }
     assert storage.read_current(spark, path).count() == 5  # the sidecar is not read as data
     assert storage.read_metadata(path, "nope") is None
-    with pytest.raises(storage.StorageError, match="publish it first"):
-        storage.write_metadata(path, "nope", {})
 
 
 def test_names_are_checked_and_run_ids_made_safe():

@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS public.order_lines (
 ALTER TABLE public.order_lines REPLICA IDENTITY FULL;
 
 -- One row per reconciliation run, written after the snapshot; its event in Kafka proves that every
--- transaction the snapshot saw has been delivered (DESIGN.md section 5).
+-- transaction the snapshot saw has been delivered.
 CREATE TABLE IF NOT EXISTS public.cdc_watermark (
     id          bigserial PRIMARY KEY,
     run_id      text        NOT NULL,

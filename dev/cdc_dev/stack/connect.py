@@ -17,7 +17,7 @@ POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 
 
 def connector_config(config: StackConfig, *, schemas: bool = True, exactly_once: str = "required") -> dict[str, str]:
-    """The Debezium PostgreSQL connector as this project runs it (DESIGN.md section 9)."""
+    """The Debezium PostgreSQL connector as this project runs it."""
     schemas_flag = "true" if schemas else "false"
     return {
         "connector.class": POSTGRES_CONNECTOR,
