@@ -22,6 +22,7 @@ from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from cdc_reconcile import snapshot as snap_mod
+from cdc_reconcile import source_snapshot as source_mod
 from cdc_reconcile import storage
 from cdc_reconcile.config import ConfigError, TableConfig, load_config
 
@@ -103,9 +104,9 @@ def test_order_lines_snapshot_equals_table_at_rest(spark, config, pg, tables, tm
     assert meta["xmin"] <= meta["xmax"]
     assert all(meta["xmin"] <= x < meta["xmax"] for x in meta["xip"])
     assert meta["snapshot"] == f"{meta['xmin']}:{meta['xmax']}:{','.join(map(str, meta['xip']))}"
-    assert meta["lsn_int"] > 0 and meta["lsn_int"] == snap_mod.parse_lsn(meta["lsn"])
+    assert meta["lsn_int"] > 0 and meta["lsn_int"] == source_mod.parse_lsn(meta["lsn"])
     current_lsn = pg.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
-    assert meta["lsn_int"] <= snap_mod.parse_lsn(current_lsn)
+    assert meta["lsn_int"] <= source_mod.parse_lsn(current_lsn)
     assert meta["key_range"] == [-5, 9000000000]
     assert [(c["name"], c["type"], c["not_null"]) for c in meta["columns"]] == [
         ("order_id", "bigint", True),
@@ -197,7 +198,7 @@ def test_partitions_read_one_snapshot_under_concurrent_transfers(spark, config, 
     try:
         eventually(lambda: writer.commits >= 50 or writer.error, timeout=60, what="the writer commits transfers")
         began = time.monotonic()
-        with snap_mod.exported_snapshot(config.pg_dsn, table) as snap:
+        with source_mod.exported_snapshot(config.pg_dsn, table) as snap:
             commits_at_export = writer.commits
             # Each partition reports the snapshot it reads, through the same connection properties.
             probe = spark.read.jdbc(
@@ -258,7 +259,7 @@ def test_rows_committed_after_the_snapshot_are_absent(spark, config, pg, tables,
 
     with (
         psycopg.connect(config.pg_dsn, autocommit=True) as writer,
-        snap_mod.exported_snapshot(config.pg_dsn, table) as snap,
+        source_mod.exported_snapshot(config.pg_dsn, table) as snap,
     ):
         with writer.transaction():
             later_id, later_txid = writer.execute(
@@ -309,7 +310,7 @@ def test_text_key_is_split_by_hash_and_typed_like_the_decoder(spark, config, pg,
         """
     )
     table = TableConfig("public.snapshot_types", ("region", "code"))
-    with snap_mod.exported_snapshot(config.pg_dsn, table) as snap:
+    with source_mod.exported_snapshot(config.pg_dsn, table) as snap:
         predicates = snap_mod.partition_predicates(snap, 3)
         assert snap.key_range is None and all("hashtext" in p for p in predicates)
         df = snap_mod.transform(snap_mod.read_snapshot(spark, snap, partitions=3, **read_args(config)), snap.spec)
@@ -362,10 +363,10 @@ def test_range_predicates_cover_every_key_once(pg, low, high, partitions):
 
 
 def test_lsn_text_to_integer():
-    assert snap_mod.parse_lsn("16/B374D848") == (0x16 << 32) | 0xB374D848
-    assert snap_mod.parse_lsn("0/0") == 0
+    assert source_mod.parse_lsn("16/B374D848") == (0x16 << 32) | 0xB374D848
+    assert source_mod.parse_lsn("0/0") == 0
     with pytest.raises(ValueError, match="not a pg_lsn"):
-        snap_mod.parse_lsn("16B374D848")
+        source_mod.parse_lsn("16B374D848")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -374,7 +375,7 @@ def test_lsn_text_to_integer():
 
 def _snapshot_sessions(pg) -> set[int]:
     rows = pg.execute(
-        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (snap_mod.APPLICATION_NAME,)
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (source_mod.APPLICATION_NAME,)
     ).fetchall()
     return {pid for (pid,) in rows}
 
@@ -388,27 +389,27 @@ def test_errors_name_the_problem(config, pg, tmp_path):
     missing = tmp_path / "tables.yaml"
     missing.write_text("tables:\n  - name: public.not_there\n    key: [id]\n")
     with (
-        pytest.raises(snap_mod.SnapshotError, match=r"public.not_there does not exist"),
-        snap_mod.exported_snapshot(config.pg_dsn, load_config(missing).table("public.not_there")),
+        pytest.raises(source_mod.SnapshotError, match=r"public.not_there does not exist"),
+        source_mod.exported_snapshot(config.pg_dsn, load_config(missing).table("public.not_there")),
     ):
         pass
 
     with (
-        pytest.raises(snap_mod.SnapshotError, match=r"no column\(s\) customer_id .*Fix 'key'"),
-        snap_mod.exported_snapshot(config.pg_dsn, TableConfig("public.customers", ("customer_id",))),
+        pytest.raises(source_mod.SnapshotError, match=r"no column\(s\) customer_id .*Fix 'key'"),
+        source_mod.exported_snapshot(config.pg_dsn, TableConfig("public.customers", ("customer_id",))),
     ):
         pass
 
     with (
-        pytest.raises(snap_mod.SnapshotError, match=r"\['email'\] of public.customers is not its primary key"),
-        snap_mod.exported_snapshot(config.pg_dsn, TableConfig("public.customers", ("email",))),
+        pytest.raises(source_mod.SnapshotError, match=r"\['email'\] of public.customers is not its primary key"),
+        source_mod.exported_snapshot(config.pg_dsn, TableConfig("public.customers", ("email",))),
     ):
         pass
 
     unreachable = config.pg_dsn.replace(f"port={config.pg_port}", "port=1")
     with (
-        pytest.raises(snap_mod.SnapshotError, match=r"cannot connect to PostgreSQL at \S+@127\.0\.0\.1:1/cdc_demo"),
-        snap_mod.exported_snapshot(unreachable, TableConfig("public.customers", ("id",))),
+        pytest.raises(source_mod.SnapshotError, match=r"cannot connect to PostgreSQL at \S+@127\.0\.0\.1:1/cdc_demo"),
+        source_mod.exported_snapshot(unreachable, TableConfig("public.customers", ("id",))),
     ):
         pass
 
@@ -426,7 +427,7 @@ def test_errors_name_the_problem(config, pg, tmp_path):
 def test_a_partition_outside_the_snapshot_fails_loudly(spark, config, pg, tables):
     """With fetchsize 0 the dialect leaves autocommit on; the guard turns that silent bug into an error."""
     table = tables["public.customers"]
-    with snap_mod.exported_snapshot(config.pg_dsn, table) as snap:
+    with source_mod.exported_snapshot(config.pg_dsn, table) as snap:
         pg.execute("SELECT pg_current_xact_id()")  # a later transaction, so "now" differs from the snapshot
         properties = snap_mod.jdbc_properties(snap.snapshot_id, user=config.pg_user, password=config.pg_password)
         properties["fetchsize"] = "0"
@@ -472,7 +473,7 @@ def test_job_prints_a_one_line_summary(config, pg, tmp_path):
     assert len(lines) == 1, done.stdout
     summary = json.loads(lines[0])
     assert summary["rows"] == 8003 and summary["table"] == "public.order_lines"
-    assert summary["xmin"] <= summary["xmax"] and summary["lsn_int"] == snap_mod.parse_lsn(summary["lsn"])
+    assert summary["xmin"] <= summary["xmax"] and summary["lsn_int"] == source_mod.parse_lsn(summary["lsn"])
     assert isinstance(summary["xip"], list) and summary["seconds"] > 0
     dataset = snap_mod.dataset_path(tmp_path, "public.order_lines")
     assert storage.current_version(dataset) == "manual__2024-03-01T10:00:00+00:00"

@@ -1,0 +1,279 @@
+"""The source side of a snapshot: the table's catalog, the exported PostgreSQL snapshot, checks in it.
+
+A psycopg connection opens a REPEATABLE READ transaction, exports its snapshot
+(``pg_export_snapshot()``) and stays open while Spark's JDBC partitions import it; the snapshot's
+``xmin:xmax:xip`` and WAL LSN are what the CDC side is folded against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from pyspark.sql import types as T
+
+from .config import TableConfig
+from .debezium import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
+from .errors import InputError, UnreachableError
+from .state_store import describe_dsn
+from .visibility import PgSnapshot
+
+INTEGER_KEY_TYPES = frozenset({"smallint", "integer", "bigint"})
+READABLE_RELKINDS = {
+    "r": "table",
+    "p": "partitioned table",
+    "v": "view",
+    "m": "materialized view",
+    "f": "foreign table",
+}
+APPLICATION_NAME = "cdc-reconcile-snapshot"  # how the exporting session shows in pg_stat_activity
+
+
+class SnapshotError(InputError):
+    """The snapshot cannot be taken for a reason the user can fix; the message says which."""
+
+
+class SourceUnavailable(SnapshotError, UnreachableError):
+    """The source database did not answer."""
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    """One column as the catalog describes it (``format_type`` text, e.g. ``numeric(12,2)``)."""
+
+    name: str
+    type: str
+    not_null: bool
+
+
+@dataclass(frozen=True)
+class SourceSnapshot:
+    """An exported PostgreSQL snapshot of one table, valid while its exporting transaction is open."""
+
+    table: str
+    key: tuple[str, ...]
+    snapshot_id: str
+    snapshot: PgSnapshot
+    snapshot_text: str
+    lsn: str
+    taken_at: dt.datetime
+    columns: tuple[SourceColumn, ...]
+    key_range: tuple[int, int] | None = None
+
+    @property
+    def lsn_int(self) -> int:
+        return parse_lsn(self.lsn)
+
+    @property
+    def spec(self) -> dict[str, str]:
+        """Column name -> PostgreSQL type, in ordinal order (the table spec the decoder takes)."""
+        return {c.name: c.type for c in self.columns}
+
+    def metadata(self, **extra: Any) -> dict[str, Any]:
+        """What the snapshot saw, as stored in the dataset version's JSON sidecar."""
+        return {
+            "table": self.table,
+            "key": list(self.key),
+            "snapshot_id": self.snapshot_id,
+            "snapshot": self.snapshot_text,
+            "xmin": self.snapshot.xmin,
+            "xmax": self.snapshot.xmax,
+            "xip": list(self.snapshot.xip),
+            "lsn": self.lsn,
+            "lsn_int": self.lsn_int,
+            "taken_at": self.taken_at.astimezone(dt.UTC).isoformat(),
+            "columns": [{"name": c.name, "type": c.type, "not_null": c.not_null} for c in self.columns],
+            "key_range": list(self.key_range) if self.key_range else None,
+            **extra,
+        }
+
+
+
+def parse_lsn(text: str) -> int:
+    """``'16/B374D848'`` -> ``(0x16 << 32) | 0xB374D848``: comparable with Debezium's ``source.lsn``."""
+    hi, sep, lo = text.strip().partition("/")
+    if not sep:
+        raise ValueError(f"not a pg_lsn: {text!r}")
+    try:
+        return (int(hi, 16) << 32) | int(lo, 16)
+    except ValueError as exc:
+        raise ValueError(f"not a pg_lsn: {text!r}") from exc
+
+
+
+def sql_identifier(*names: str) -> str:
+    """A quoted SQL identifier (``schema.table`` as two names)."""
+    return sql.Identifier(*names).as_string()
+
+
+# --------------------------------------------------------------------------------------------------
+# extract: the exported snapshot
+
+
+_SNAPSHOT_SQL = """
+SELECT pg_export_snapshot(),
+       pg_current_snapshot()::text,
+       (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text,
+       now()
+"""
+
+_COLUMNS_SQL = """
+SELECT c.oid, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE n.nspname = %s AND c.relname = %s
+ORDER BY a.attnum
+"""
+
+_UNIQUE_KEYS_SQL = """
+SELECT array_agg(a.attname::text ORDER BY a.attname)
+FROM pg_index i
+JOIN LATERAL unnest(i.indkey) AS k(attnum) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND 0 <> ALL (i.indkey)
+GROUP BY i.indexrelid
+"""
+
+
+def _connect(dsn: str, user: str | None, password: str | None, connect_timeout: int) -> psycopg.Connection:
+    overrides = {k: v for k, v in (("user", user), ("password", password)) if v}
+    try:
+        return psycopg.connect(
+            dsn, autocommit=True, connect_timeout=connect_timeout, application_name=APPLICATION_NAME, **overrides
+        )
+    except psycopg.OperationalError as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SourceUnavailable(
+            f"cannot connect to PostgreSQL at {describe_dsn(make_conninfo(dsn, **overrides))}: {detail}. "
+            "Is the database running (cdc-stack status), and are --dsn, --user and --password right?"
+        ) from exc
+
+
+def _catalog(conn: psycopg.Connection, table: TableConfig) -> tuple[int, tuple[SourceColumn, ...]]:
+    """The table's columns, checked: the table exists, is readable and has the configured key."""
+    found = conn.execute(_COLUMNS_SQL, (table.schema, table.table)).fetchall()
+    if not found:
+        raise SnapshotError(
+            f"table {table.name} does not exist in database {conn.info.dbname}; "
+            "create it or remove it from the table configuration (cdc_reconcile/config/tables.py)"
+        )
+    oid, relkind = found[0][0], found[0][1]
+    if relkind not in READABLE_RELKINDS:
+        raise SnapshotError(f"{table.name} is not a table or view (relkind {relkind!r}); it cannot be snapshotted")
+    columns = tuple(SourceColumn(name, type_, bool(nn)) for _, _, name, type_, nn in found if name is not None)
+    names = [c.name for c in columns]
+    missing = [k for k in table.key if k not in names]
+    if missing:
+        raise SnapshotError(
+            f"table {table.name} has no column(s) {', '.join(missing)} of the configured key "
+            f"{list(table.key)}; its columns are {names}. Fix 'key' for {table.name} in the table configuration"
+        )
+    if relkind in ("r", "p"):
+        unique = {tuple(cols) for (cols,) in conn.execute(_UNIQUE_KEYS_SQL, (oid,)).fetchall()}
+        if tuple(sorted(table.key)) not in unique:
+            raise SnapshotError(
+                f"the configured key {list(table.key)} of {table.name} is not its primary key or a unique "
+                f"index, so rows cannot be matched by it; unique keys: {sorted(list(u) for u in unique)}. "
+                "Fix 'key' in the table configuration or add the constraint"
+            )
+    if not conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (oid,)).fetchone()[0]:
+        raise SnapshotError(f"user {conn.info.user} may not SELECT from {table.name}; GRANT SELECT ON {table.name}")
+    return oid, columns
+
+
+@contextlib.contextmanager
+def exported_snapshot(
+    dsn: str,
+    table: TableConfig,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    connect_timeout: int = 10,
+) -> Iterator[SourceSnapshot]:
+    """Export a REPEATABLE READ snapshot and keep it importable until the block ends.
+
+    The exporting transaction must stay open while anyone imports the snapshot (the JDBC partitions),
+    so the caller does all its reading inside the ``with`` block.
+    """
+    conn = _connect(dsn, user, password, connect_timeout)
+    try:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        # This session idles in its transaction while Spark reads; a server-wide timeout must not end it.
+        conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+        snapshot_id, snapshot_text, lsn, taken_at = conn.execute(_SNAPSHOT_SQL).fetchone()
+        _, columns = _catalog(conn, table)
+        key_range = None
+        first = next(c for c in columns if c.name == table.key[0])
+        if PgType.parse(first.type).name in INTEGER_KEY_TYPES and not PgType.parse(first.type).is_array:
+            query = sql.SQL("SELECT min({k}), max({k}) FROM {t}").format(
+                k=sql.Identifier(first.name), t=sql.Identifier(table.schema, table.table)
+            )
+            low, high = conn.execute(query).fetchone()
+            key_range = (low, high) if low is not None else None
+        yield SourceSnapshot(
+            table=table.name,
+            key=table.key,
+            snapshot_id=snapshot_id,
+            snapshot=PgSnapshot.parse(snapshot_text),
+            snapshot_text=snapshot_text,
+            lsn=lsn,
+            taken_at=taken_at,
+            columns=columns,
+            key_range=key_range,
+        )
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
+        conn.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# the JDBC read
+
+
+
+def unrepresentable_values(
+    dsn: str,
+    snapshot: SourceSnapshot,
+    options: DecodeOptions = DEFAULT_OPTIONS,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    connect_timeout: int = 10,
+) -> dict[str, int]:
+    """Per numeric column, the snapshot's values that its lake type cannot hold (NaN, +-Infinity, too many digits).
+
+    Debezium sends such a value as null in precise decimal mode and the snapshot types it as null, so
+    both sides agree and the diff cannot see it: this count, taken in the same exported snapshot, is
+    what reports it. Only columns with a non-zero count are returned.
+    """
+    checks: list[tuple[str, sql.Composable]] = []
+    for column in snapshot.columns:
+        pg_type = PgType.parse(column.type)
+        target = spark_type(pg_type, options)
+        if pg_type.name == "numeric" and not pg_type.is_array and isinstance(target, T.DecimalType):
+            # NaN sorts above every number in PostgreSQL: one comparison catches NaN, Infinity and overflow
+            limit = sql.SQL(f"1e{target.precision - target.scale}")
+            counted = sql.SQL("count(*) FILTER (WHERE abs({}) >= {})").format(sql.Identifier(column.name), limit)
+            checks.append((column.name, counted))
+    if not checks:
+        return {}
+    schema, table = snapshot.table.split(".", 1)
+    query = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(expr for _, expr in checks), sql.Identifier(schema, table)
+    )
+    with _connect(dsn, user, password, connect_timeout) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot_id)))
+        counts = conn.execute(query).fetchone()
+        conn.execute("COMMIT")
+    return {name: int(n) for (name, _), n in zip(checks, counts, strict=True) if n}
+
+
