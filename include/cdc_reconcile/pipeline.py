@@ -45,7 +45,8 @@ from .compaction import (
     with_raw_values,
     without_raw_values,
 )
-from .debezium import DecodeOptions, split_envelopes, tag_envelopes
+from .debezium.envelope import split_envelopes, tag_envelopes
+from .debezium.pgtypes import DecodeOptions
 from .diff import EXTRA, MISSING, STALE, DiffReport, diff_rows, lake_as_of, summarise, visible_changes
 from .repair import audit_rows, repair_events, resolve_duplicates
 from .suite import (

@@ -13,7 +13,7 @@ import sys
 
 from cdc_reconcile import checkpoints
 from cdc_reconcile.config import load_config, parse_flag
-from cdc_reconcile.debezium import DecodeOptions
+from cdc_reconcile.debezium.pgtypes import DecodeOptions
 from cdc_reconcile.pipeline import TableLake, compact
 from cdc_reconcile.spark import build_session
 
