@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_reconcile import debezium
+from cdc_reconcile.debezium import decoding, envelope
 from cdc_reconcile.spark import build_session
 
 SPEC = {
@@ -48,15 +48,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("events")
     parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--decoder", help="path of another debezium.py to compare (e.g. the previous commit's)")
+    parser.add_argument("--decoder", help="path of an older single-file debezium.py to compare")
     parser.add_argument("--per-column", action="store_true")
     args = parser.parse_args()
-    module = debezium
+    tag_envelopes, tag_decode_errors = envelope.tag_envelopes, decoding.tag_decode_errors
     if args.decoder:
         spec_ = importlib.util.spec_from_file_location("debezium_other", args.decoder)
         module = importlib.util.module_from_spec(spec_)
         sys.modules["debezium_other"] = module
         spec_.loader.exec_module(module)
+        tag_envelopes, tag_decode_errors = module.tag_envelopes, module.tag_decode_errors
     spark = build_session("profile-decode", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     events = spark.read.parquet(args.events).filter("op is not null")
@@ -72,11 +73,11 @@ def main() -> None:
     print(f"{rows:,} events ({n:,} distinct)")
     raw = base.select("topic", "partition", "offset", "key", F.col("raw_value").alias("value"))
     _time("read cached input", lambda: base, rows)
-    _time("tag_envelopes (parse)", lambda: module.tag_envelopes(raw), rows)
-    _time("tag_decode_errors (both images)", lambda: module.tag_decode_errors(base, SPEC), rows)
+    _time("tag_envelopes (parse)", lambda: tag_envelopes(raw), rows)
+    _time("tag_decode_errors (both images)", lambda: tag_decode_errors(base, SPEC), rows)
     if args.per_column:
         for name, pg in SPEC.items():
-            _time(f"decode [{name} {pg}]", lambda s={name: pg}: module.tag_decode_errors(base, s), rows)
+            _time(f"decode [{name} {pg}]", lambda s={name: pg}: tag_decode_errors(base, s), rows)
     spark.stop()
 
 

@@ -25,17 +25,9 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .debezium import (
-    DECODE_ERRORS_FIELD,
-    DEFAULT_OPTIONS,
-    QUARANTINE_COLUMNS,
-    UNAVAILABLE_FIELD,
-    DecodeOptions,
-    TableSpec,
-    is_unavailable,
-    split_decoded,
-    tag_decode_errors,
-)
+from .debezium.decoding import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD, is_unavailable, split_decoded, tag_decode_errors
+from .debezium.envelope import QUARANTINE_COLUMNS
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, TableSpec
 
 TRUNCATE = "t"
 # what a truncate, which has no row key, shows where a key is expected (the audit, the suite's samples)

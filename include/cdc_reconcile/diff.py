@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from .compaction import ORIGIN_RECONCILE, fold_table, snapshot_resets, without_redeliveries
-from .debezium import TableSpec
+from .debezium.pgtypes import TableSpec
 from .visibility import PgSnapshot, visible_in_snapshot
 
 MISSING = "missing"

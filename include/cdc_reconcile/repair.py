@@ -26,7 +26,8 @@ from .compaction import (
     newest_truncate,
     without_redeliveries,
 )
-from .debezium import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD, TableSpec
+from .debezium.decoding import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD
+from .debezium.pgtypes import TableSpec
 from .diff import EXTRA, MISSING, STALE, conform
 
 AUDIT_COLUMNS = ("run_id", "table_name", "key", "kind", "before_hash", "after_hash", "dry_run")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import kafka_offsets, run_state, sealing, state_store, storage
 from .config import PipelineConfig, TableConfig, default_config
-from .debezium import DecodeOptions
+from .debezium.pgtypes import DecodeOptions
 from .errors import InputError
 from .lake import (
     HISTORY_COLUMNS,
@@ -227,7 +227,7 @@ class TableRun:
             with_raw_values,
             without_raw_values,
         )
-        from .debezium import split_envelopes, tag_envelopes
+        from .debezium.envelope import split_envelopes, tag_envelopes
 
         began = time.monotonic()
         starting, ending = offsets or self.sealed_range().as_spark_json()

@@ -13,7 +13,7 @@ Why it is built this way:
   actually reads with the exported one and fails the query when they differ.
 * The snapshot's ``xmin:xmax:xip`` and WAL LSN are recorded so the CDC side can be folded over
   exactly the transactions this snapshot saw.
-* Columns are read in the types the Debezium decoder produces (``debezium.spark_type``), so the two
+* Columns are read in the types the Debezium decoder produces (``debezium.pgtypes.spark_type``), so the two
   sides compare like with like; the column type spec from the catalog is stored with the snapshot.
 """
 
@@ -34,7 +34,7 @@ from pyspark.sql import types as T
 
 from . import storage
 from .config import TableConfig
-from .debezium import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
 from .source_snapshot import (
     INTEGER_KEY_TYPES,
     SourceSnapshot,
@@ -226,7 +226,7 @@ def read_snapshot(
 
 
 def transform(df: DataFrame, spec: Mapping[str, str], options: DecodeOptions = DEFAULT_OPTIONS) -> DataFrame:
-    """Type the JDBC rows exactly as the Debezium decoder types change events (``debezium.spark_type``).
+    """Type the JDBC rows exactly as the Debezium decoder types change events (``debezium.pgtypes.spark_type``).
 
     Columns come out in spec (ordinal) order. Text carried for exactness (numerics) is parsed with
     ``try_cast``, so a value the target cannot hold (NaN) becomes NULL instead of failing the job.

@@ -19,7 +19,7 @@ from psycopg.conninfo import make_conninfo
 from pyspark.sql import types as T
 
 from .config import TableConfig
-from .debezium import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
 from .errors import InputError, UnreachableError
 from .state_store import describe_dsn
 from .visibility import PgSnapshot

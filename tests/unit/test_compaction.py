@@ -25,7 +25,8 @@ from cdc_reconcile.compaction import (
     with_raw_values,
     without_raw_values,
 )
-from cdc_reconcile.debezium import UNAVAILABLE_VALUE, parse_envelopes
+from cdc_reconcile.debezium.envelope import split_envelopes, tag_envelopes
+from cdc_reconcile.debezium.pgtypes import UNAVAILABLE_VALUE
 from cdc_reconcile.repair import resolve_duplicates
 
 TOPIC = "cdc.public.items"
@@ -84,7 +85,7 @@ def truncate(offset, txid, lsn, partition=0):
 
 
 def parsed(spark, rows):
-    good, bad = parse_envelopes(spark.createDataFrame(rows, RAW), schemas=False)
+    good, bad = split_envelopes(tag_envelopes(spark.createDataFrame(rows, RAW), schemas=False))
     assert bad.count() == 0
     return change_events(good)
 
@@ -291,7 +292,7 @@ def test_decoding_without_raw_values_gives_the_same_changelog_and_quarantine(spa
         event(2, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
         event(3, "d", 3, None, {"id": "x"}, txid=103, lsn=1003),
     ]
-    good, _ = parse_envelopes(spark.createDataFrame(rows, RAW), schemas=False)
+    good, _ = split_envelopes(tag_envelopes(spark.createDataFrame(rows, RAW), schemas=False))
     events = change_events(good)
     changelog, quarantined = typed_changelog(mark_duplicates(events), SPEC, KEY)
     lean_changelog, lean_quarantined = typed_changelog(mark_duplicates(without_raw_values(events)), SPEC, KEY)
@@ -352,7 +353,7 @@ def test_an_event_of_another_table_in_the_topic_is_quarantined_not_folded(spark)
         (*stray[:4], json.dumps(value).encode()),
         event(2, None, 2),
     ]
-    good, bad = parse_envelopes(spark.createDataFrame(rows, RAW), schemas=False)
+    good, bad = split_envelopes(tag_envelopes(spark.createDataFrame(rows, RAW), schemas=False))
     assert bad.count() == 0
     assertDataFrameEqual(of_table(good, "public.items").select("offset"), [Row(offset=0), Row(offset=2)])
     assertDataFrameEqual(

@@ -10,7 +10,7 @@ import sys
 
 from cdc_reconcile import kafka_offsets
 from cdc_reconcile.config import TableConfig
-from cdc_reconcile.debezium import DecodeOptions
+from cdc_reconcile.debezium.pgtypes import DecodeOptions
 from cdc_reconcile.errors import InputError, ReconcileError
 from cdc_reconcile.jobs.job_cli import EXIT_DONE, flag, job_parser, run_job, session, summary_line
 from cdc_reconcile.run import RunSettings, TableRun

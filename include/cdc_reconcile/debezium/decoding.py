@@ -1,0 +1,334 @@
+"""Row images (compact JSON text) decoded to Spark columns typed by a table spec.
+
+A value that would be stored wrong (a decimal that does not fit, a bad base64) is a decode error that
+quarantines the whole event rather than a silently different row. Values Debezium could not provide
+(unchanged TOAST) are flagged, kept null, and filled from the previous state of the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ._json import INT_RE, is_object_text, json_map, let
+from .pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, TableSpec, spark_type
+
+UNAVAILABLE_FIELD = "__unavailable"
+DECODE_ERRORS_FIELD = "__decode_errors"
+
+
+_TWO_POW_64 = "18446744073709551616"
+
+
+def twos_complement_to_unscaled(b64: Column) -> Column:
+    """Decode a base64 big-endian two's-complement integer (Kafka Connect Decimal) to decimal(38,0).
+
+    Exact for every value of up to 38 digits, negative ones included, using built-ins only: the
+    bytes are sign-extended to 128 bits as hex; for negatives the hex digits are complemented
+    (|v| = ~v + 1) so both halves are unsigned, each half goes through `conv` (64-bit unsigned),
+    and |v| = hi * 2^64 + lo (+1) is summed with try_ arithmetic. Values longer than 16 bytes or
+    beyond 38 digits give null instead of an overflow. Negation is a subtraction from zero: Spark's
+    unary minus on decimals rounds to 34 digits.
+    """
+
+    def from_hex(hexed: Column) -> Column:
+        negative = F.substring(hexed, 1, 1).isin(*"89ABCDEF")
+        padded = F.when(negative, F.lpad(hexed, 32, "F")).otherwise(F.lpad(hexed, 32, "0"))
+        bits = F.when(negative, F.translate(padded, "0123456789ABCDEF", "FEDCBA9876543210")).otherwise(padded)
+        return let(bits, lambda b: magnitude(b, negative))
+
+    def magnitude(bits: Column, negative: Column) -> Column:
+        hi = F.conv(F.substring(bits, 1, 16), 16, 10).cast(T.DecimalType(20, 0))
+        lo = F.conv(F.substring(bits, 17, 16), 16, 10).cast(T.DecimalType(20, 0))
+        carry = F.when(negative, F.lit(1)).otherwise(F.lit(0)).cast(T.DecimalType(1, 0))
+        mag = F.try_add(F.try_add(F.try_multiply(hi, F.lit(_TWO_POW_64).cast(T.DecimalType(20, 0))), lo), carry)
+        zero = F.lit(0).cast(T.DecimalType(1, 0))
+        return let(mag, lambda m: F.when(negative, F.try_subtract(zero, m)).otherwise(m))
+
+    def from_bytes(raw: Column) -> Column:
+        n_bytes = F.length(raw)
+        return F.when((n_bytes >= 1) & (n_bytes <= 16), let(F.hex(raw), from_hex))
+
+    return let(F.try_to_binary(b64, F.lit("base64")), from_bytes)
+
+
+def _scaled_string(unscaled: Column, scale: Column) -> Column:
+    """Plain decimal text of unscaled * 10^-scale, exact for any scale (string placement of the point).
+
+    Works on the digits as text because decimal abs/negation in Spark round beyond 34 digits.
+    """
+
+    def place(text: Column, s: Column) -> Column:
+        negative = text.startswith("-")
+        digits = F.regexp_replace(text, "^-", "")
+        pos_scale = F.greatest(s, F.lit(0))
+        digits = F.when(s < 0, F.concat(digits, F.repeat(F.lit("0"), -s))).otherwise(digits)
+        width = F.greatest(F.length(digits), pos_scale + 1)
+        return let(F.lpad(digits, width, F.lit("0")), lambda padded: point(padded, pos_scale, negative))
+
+    def point(padded: Column, pos_scale: Column, negative: Column) -> Column:
+        n = F.length(padded)
+        int_part = padded.substr(F.lit(1), n - pos_scale)
+        frac_part = padded.substr(n - pos_scale + 1, pos_scale)
+        sign = F.when(negative, F.lit("-")).otherwise(F.lit(""))
+        body = F.when(pos_scale > 0, F.concat(int_part, F.lit("."), frac_part)).otherwise(int_part)
+        return F.concat(sign, body)
+
+    return let(
+        F.struct(unscaled.cast(T.StringType()).alias("t"), scale.cast(T.IntegerType()).alias("s")),
+        lambda v: F.when(
+            v.getField("t").isNotNull() & v.getField("s").isNotNull(), place(v.getField("t"), v.getField("s"))
+        ),
+    )
+
+
+def _exact_decimal(text: Column, dt: T.DecimalType) -> Column:
+    """Cast decimal text to `dt`, or null when that would round away non-zero digits or overflow."""
+
+    def cast(t: Column) -> Column:
+        dropped = F.regexp_extract(t, r"\.([0-9]+)$", 1).substr(F.lit(dt.scale + 1), F.lit(1 << 20))
+        return F.when(dropped.rlike("^0*$"), t.try_cast(dt))
+
+    return let(text, cast)
+
+
+def _decode_decimal(raw: Column, t: PgType, dt: T.DecimalType, options: DecodeOptions) -> Column:
+    def variable(raw_struct: Column) -> Column:
+        vs = F.from_json(raw_struct, "scale int, value string")
+        return let(
+            vs,
+            lambda v: _exact_decimal(
+                _scaled_string(twos_complement_to_unscaled(v.getField("value")), v.getField("scale")), dt
+            ),
+        )
+
+    mode = options.decimal_handling_mode
+    if mode == "precise":
+        if t.name == "money":
+            known_scale = options.money_fraction_digits
+        else:
+            known_scale = max(t.args[1], 0) if len(t.args) > 1 else 0
+        fixed = _exact_decimal(_scaled_string(twos_complement_to_unscaled(raw), F.lit(known_scale)), dt)
+    elif mode == "string":
+        fixed = _exact_decimal(raw, dt)
+    else:
+        fixed = raw.try_cast(dt)
+    return F.when(is_object_text(raw), variable(raw)).otherwise(fixed)
+
+
+_MAX_EPOCH_MILLIS = (1 << 63) // 1000 - 1
+
+
+def _epoch_to_ntz(amount: Column, millis: bool) -> Column:
+    """Epoch millis/micros as a wall-clock TIMESTAMP_NTZ, independent of the session time zone."""
+    epoch = F.lit("1970-01-01 00:00:00").cast(T.TimestampNTZType())
+    if not millis:
+        return F.timestamp_add("MICROSECOND", amount, epoch)
+    in_range = amount.between(-_MAX_EPOCH_MILLIS, _MAX_EPOCH_MILLIS)
+    return F.when(in_range, F.timestamp_add("MILLISECOND", amount, epoch))
+
+
+def _temporal_precision(t: PgType) -> int:
+    return t.args[0] if t.args else 6
+
+
+def _decode_binary(raw: Column, options: DecodeOptions) -> Column:
+    mode = options.binary_handling_mode
+    if mode == "hex":
+        return F.try_to_binary(raw, F.lit("hex"))
+    if mode == "base64-url-safe":
+        raw = F.translate(raw, "-_", "+/")
+    return F.try_to_binary(raw, F.lit("base64"))
+
+
+def _decode_scalar(raw: Column, t: PgType, options: DecodeOptions) -> Column:
+    """One Debezium-encoded value (as text) to its Spark type; null when absent or undecodable."""
+    return let(raw, lambda r: _decode_bound(r, t, options))
+
+
+def _decode_bound(raw: Column, t: PgType, options: DecodeOptions) -> Column:
+    dt = spark_type(t, options)
+    is_int = raw.rlike(INT_RE)
+    if isinstance(dt, T.DecimalType):
+        return _decode_decimal(raw, t, dt, options)
+    if t.name == "bytea":
+        return _decode_binary(raw, options)
+    if t.name == "date":
+        return F.when(is_int, F.date_from_unix_date(raw.try_cast(T.IntegerType()))).otherwise(raw.try_cast(dt))
+    if t.name == "timestamp":
+        millis = options.time_precision_mode == "connect" or _temporal_precision(t) <= 3
+        return F.when(is_int, _epoch_to_ntz(raw.try_cast(T.LongType()), millis)).otherwise(raw.try_cast(dt))
+    if t.name == "time":
+        millis = options.time_precision_mode == "connect" or (
+            options.time_precision_mode == "adaptive" and _temporal_precision(t) <= 3
+        )
+        factor = 1000 if millis else 1
+        return F.when(is_int, F.try_multiply(raw.try_cast(T.LongType()), F.lit(factor)))
+    if isinstance(dt, T.StringType):
+        return raw
+    if isinstance(dt, (T.ShortType, T.IntegerType, T.LongType)):
+        return F.when(is_int, raw.try_cast(dt))
+    return raw.try_cast(dt)
+
+
+def _decode_value(raw: Column, t: PgType, options: DecodeOptions) -> Column:
+    if not t.is_array:
+        return _decode_scalar(raw, t, options)
+    elem = t.element()
+
+    def check(items: Column, decoded: Column) -> Column:
+        complete = F.forall(F.zip_with(items, decoded, lambda a, d: a.isNull() | d.isNotNull()), lambda ok: ok)
+        return F.when(complete, decoded)
+
+    return let(
+        F.from_json(raw, T.ArrayType(T.StringType())),
+        lambda items: let(F.transform(items, lambda e: _decode_scalar(e, elem, options)), lambda d: check(items, d)),
+    )
+
+
+def _placeholder_texts(t: PgType, options: DecodeOptions) -> list[str]:
+    """Every text form the unavailable-value placeholder takes for a column of this type."""
+    p = options.unavailable_value_placeholder
+    raw = p.encode("utf-8")
+    forms = [p]
+    if t.name == "bytea":
+        forms += [
+            base64.b64encode(raw).decode("ascii"),
+            base64.urlsafe_b64encode(raw).decode("ascii"),
+            raw.hex(),
+            raw.hex().upper(),
+        ]
+    if t.is_array:
+        dump = lambda v: json.dumps(v, separators=(",", ":"), ensure_ascii=False)  # noqa: E731
+        forms += [
+            dump([p]),
+            dump(list(raw)),
+            dump([base64.b64encode(raw).decode("ascii")]),
+        ]
+    return forms
+
+
+def _decode_column(raw: Column, name: str, t: PgType, options: DecodeOptions) -> Column:
+    """struct(value, unavailable, error) for one column of an image."""
+
+    def classify(r: Column) -> Column:
+        unavailable = F.coalesce(r.isin(*_placeholder_texts(t, options)), F.lit(False))
+        decoded = F.when(~unavailable, _decode_value(r, t, options)).cast(spark_type(t, options))
+        return let(
+            decoded,
+            lambda d: F.struct(
+                d.alias("v"),
+                F.when(unavailable, F.lit(name)).alias("u"),
+                F.when(~unavailable & r.isNotNull() & d.isNull(), F.lit(name)).alias("e"),
+            ),
+        )
+
+    return let(raw, classify)
+
+
+def decode_image(image: Column | str, spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> Column:
+    """Decode a row image (compact JSON text) into a struct typed by `spec`.
+
+    The struct has one field per spec column, plus `__unavailable` (columns whose value Debezium
+    could not provide: unchanged TOAST, kept null here and to be filled from the previous state) and
+    `__decode_errors` (columns present in the image that could not be decoded exactly). A null image
+    gives a null struct. Columns missing from the image (added later) are null, not errors.
+    """
+    reserved = {UNAVAILABLE_FIELD, DECODE_ERRORS_FIELD} & set(spec)
+    if reserved:
+        raise ValueError(f"column names clash with decode metadata: {sorted(reserved)}")
+    types = {name: PgType.parse(pg) for name, pg in spec.items()}
+    text = F.col(image) if isinstance(image, str) else image
+    fields = [f"c{i}" for i in range(len(types))]
+
+    def assemble(cols: Column) -> Column:
+        parts = [cols.getField(f) for f in fields]
+        return F.struct(
+            *[p.getField("v").alias(name) for p, name in zip(parts, types, strict=True)],
+            F.filter(F.array(*[p.getField("u") for p in parts]), lambda x: x.isNotNull()).alias(UNAVAILABLE_FIELD),
+            F.filter(F.array(*[p.getField("e") for p in parts]), lambda x: x.isNotNull()).alias(DECODE_ERRORS_FIELD),
+        )
+
+    def per_column(m: Column) -> Column:
+        decoded = F.struct(
+            *[
+                _decode_column(m.getItem(name), name, t, options).alias(f)
+                for f, (name, t) in zip(fields, types.items(), strict=True)
+            ]
+        )
+        return F.when(m.isNotNull(), let(decoded, assemble))
+
+    return let(json_map(text), per_column)
+
+
+def tag_decode_errors(events: DataFrame, spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> DataFrame:
+    """Add typed `before_row` / `after_row` and `decode_errors` (empty when the event decoded exactly).
+
+    Decoding is the costly step of compaction: persist this result when both the decoded rows and
+    the quarantine are consumed (see :func:`split_decoded`), or the optimizer evaluates it per use.
+    """
+    decoded = events.withColumn("before_row", decode_image("before", spec, options)).withColumn(
+        "after_row", decode_image("after", spec, options)
+    )
+    errs = F.concat(
+        F.transform(
+            F.coalesce(F.col(f"before_row.{DECODE_ERRORS_FIELD}"), F.array().cast("array<string>")),
+            lambda c: F.concat(F.lit("before."), c),
+        ),
+        F.transform(
+            F.coalesce(F.col(f"after_row.{DECODE_ERRORS_FIELD}"), F.array().cast("array<string>")),
+            lambda c: F.concat(F.lit("after."), c),
+        ),
+    )
+    return decoded.withColumn("decode_errors", errs)
+
+
+def split_decoded(tagged: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Decoded events, and the ones that could not be decoded exactly as quarantine rows."""
+    bad = F.size("decode_errors") > 0
+    ok = tagged.filter(~bad).drop("decode_errors")
+    quarantined = tagged.filter(bad).select(
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "raw_value",
+        F.concat(F.lit("cannot decode "), F.concat_ws(", ", "decode_errors")).alias("reason"),
+    )
+    return ok, quarantined
+
+
+def is_unavailable(row: Column | str, column: str) -> Column:
+    """True when `column` of a decoded row was Debezium's unavailable-value placeholder."""
+    r = F.col(row) if isinstance(row, str) else row
+    return F.coalesce(F.array_contains(r.getField(UNAVAILABLE_FIELD), column), F.lit(False))
+
+
+def fill_unavailable(current: Column | str, previous: Column | str, spec: TableSpec) -> Column:
+    """Fill unavailable (unchanged TOAST) columns of a decoded row from the previous state of the key.
+
+    With no previous row (null struct) the column stays null and stays listed in `__unavailable`.
+    """
+    cur_col = F.col(current) if isinstance(current, str) else current
+    prev_col = F.col(previous) if isinstance(previous, str) else previous
+
+    def fill(pair: Column) -> Column:
+        cur, prev = pair.getField("cur"), pair.getField("prev")
+        has_prev = prev.isNotNull()
+        fields = [
+            F.when(is_unavailable(cur, name) & has_prev, prev.getField(name)).otherwise(cur.getField(name)).alias(name)
+            for name in spec
+        ]
+        still = F.filter(cur.getField(UNAVAILABLE_FIELD), lambda c: ~has_prev)
+        row = F.struct(
+            *fields,
+            still.alias(UNAVAILABLE_FIELD),
+            cur.getField(DECODE_ERRORS_FIELD).alias(DECODE_ERRORS_FIELD),
+        )
+        return F.when(cur.isNotNull(), row)
+
+    return let(F.struct(cur_col.alias("cur"), prev_col.alias("prev")), fill)

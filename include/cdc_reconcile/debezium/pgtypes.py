@@ -1,0 +1,152 @@
+"""PostgreSQL column types and the Spark types they decode to, with the connector settings that shape them.
+
+The snapshot side reads the source in the same Spark types as the decoder gives change events, so the
+type map and :class:`DecodeOptions` live here, apart from the decoding expressions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import types as T
+
+# the connector's default unavailable.value.placeholder (unchanged TOAST values)
+UNAVAILABLE_VALUE = "__debezium_unavailable_value"
+
+# a table's columns: name -> PostgreSQL type, in table order
+TableSpec = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The connector settings that decide how values were encoded (names as in the connector config)."""
+
+    decimal_handling_mode: str = "precise"
+    binary_handling_mode: str = "bytes"
+    time_precision_mode: str = "adaptive"
+    interval_handling_mode: str = "numeric"
+    unavailable_value_placeholder: str = UNAVAILABLE_VALUE
+    money_fraction_digits: int = 2
+    unconstrained_numeric: T.DecimalType = field(default_factory=lambda: T.DecimalType(38, 18))
+
+    def __post_init__(self) -> None:
+        allowed = {
+            "decimal_handling_mode": ("precise", "string", "double"),
+            "binary_handling_mode": ("bytes", "base64", "base64-url-safe", "hex"),
+            "time_precision_mode": ("adaptive", "adaptive_time_microseconds", "connect"),
+            "interval_handling_mode": ("numeric", "string"),
+        }
+        for name, values in allowed.items():
+            if getattr(self, name) not in values:
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected one of {values}")
+
+
+DEFAULT_OPTIONS = DecodeOptions()
+
+_ALIASES = {
+    "int2": "smallint",
+    "smallserial": "smallint",
+    "serial2": "smallint",
+    "int": "integer",
+    "int4": "integer",
+    "serial": "integer",
+    "serial4": "integer",
+    "int8": "bigint",
+    "bigserial": "bigint",
+    "serial8": "bigint",
+    "oid": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "float": "double precision",
+    "decimal": "numeric",
+    "bool": "boolean",
+    "jsonb": "json",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamptz",
+    "time without time zone": "time",
+    "time with time zone": "timetz",
+}
+_TYPE_RE = re.compile(
+    r"^(?P<name>[a-z_][a-z0-9_ ]*?)\s*(?:\((?P<args>[^)]*)\))?\s*(?P<zone>with(?:out)? time zone)?"
+    r"\s*(?P<array>(?:\[\d*\])+)?$"
+)
+
+
+@dataclass(frozen=True)
+class PgType:
+    """A parsed PostgreSQL column type: canonical name, modifiers, and whether it is an array."""
+
+    name: str
+    args: tuple[int, ...] = ()
+    is_array: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> PgType:
+        cleaned = " ".join(text.strip().lower().split())
+        m = _TYPE_RE.match(cleaned)
+        if not m:
+            raise ValueError(f"cannot parse PostgreSQL type {text!r}")
+        name = m.group("name").strip()
+        if m.group("zone"):
+            name = f"{name} {m.group('zone')}"
+        is_array = bool(m.group("array"))
+        if name.startswith("_") and not is_array:
+            name, is_array = name[1:], True
+        args = tuple(int(a) for a in (m.group("args") or "").replace(" ", "").split(",") if a)
+        if name == "float" and args:
+            name, args = ("real" if args[0] <= 24 else "double precision"), ()
+        return cls(_ALIASES.get(name, name), args, is_array)
+
+    def element(self) -> PgType:
+        return PgType(self.name, self.args, False)
+
+
+def _decimal_type(t: PgType, options: DecodeOptions) -> T.DecimalType:
+    if t.name == "money":
+        return T.DecimalType(19, options.money_fraction_digits)
+    if not t.args:
+        return options.unconstrained_numeric
+    precision = t.args[0]
+    scale = max(t.args[1], 0) if len(t.args) > 1 else 0
+    scale = min(scale, 38)
+    return T.DecimalType(min(max(precision, scale, 1), 38), scale)
+
+
+_SCALARS: dict[str, T.DataType] = {
+    "smallint": T.ShortType(),
+    "integer": T.IntegerType(),
+    "bigint": T.LongType(),
+    "real": T.FloatType(),
+    "double precision": T.DoubleType(),
+    "boolean": T.BooleanType(),
+    "bytea": T.BinaryType(),
+    "date": T.DateType(),
+    "time": T.LongType(),
+    "timestamp": T.TimestampNTZType(),
+    "timestamptz": T.TimestampType(),
+}
+
+
+def spark_type(pg_type: str | PgType, options: DecodeOptions = DEFAULT_OPTIONS) -> T.DataType:
+    """The Spark type a PostgreSQL column decodes to; the snapshot side must use the same mapping.
+
+    `timestamp` maps to TIMESTAMP_NTZ (wall clock), `timestamptz` to TIMESTAMP (instant), `time` to
+    microseconds since midnight (long), `interval` to microseconds (long) unless
+    interval.handling.mode=string. Types without a typed mapping (text, uuid, json, enums, ...) stay
+    strings, as Debezium sends them.
+    """
+    t = PgType.parse(pg_type) if isinstance(pg_type, str) else pg_type
+    if t.is_array:
+        return T.ArrayType(spark_type(t.element(), options))
+    if t.name in ("numeric", "money"):
+        return _decimal_type(t, options)
+    if t.name == "interval":
+        return T.LongType() if options.interval_handling_mode == "numeric" else T.StringType()
+    return _SCALARS.get(t.name, T.StringType())
+
+
+def table_schema(spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> T.StructType:
+    """The typed row schema of a table spec, in spec order."""
+    return T.StructType([T.StructField(name, spark_type(pg, options), True) for name, pg in spec.items()])
