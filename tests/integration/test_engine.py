@@ -19,13 +19,14 @@ from pyspark.sql import functions as F
 
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import connector_config
-from cdc_dev.stack.topics import read_topic, unwrap
 from cdc_reconcile import checkpoints, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
 from cdc_reconcile.pipeline import TableLake, check, compact, reconcile
+from tests.support.kafka import read_topic, unwrap
+from tests.support.polling import eventually
 
-from .conftest import eventually, run_once
+from .conftest import run_once
 
 pytestmark = pytest.mark.integration
 

@@ -24,8 +24,8 @@ from pyspark.testing import assertDataFrameEqual
 from cdc_reconcile import snapshot as snap_mod
 from cdc_reconcile import storage
 from cdc_reconcile.config import ConfigError, TableConfig, load_config
+from tests.support.polling import eventually
 
-from .conftest import eventually
 from .conftest import take_snapshot as take
 
 pytestmark = pytest.mark.integration
