@@ -7,8 +7,7 @@ It starts from empty data once per session and is taken down at the end.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -20,6 +19,8 @@ from cdc_reconcile import kafka_offsets, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.errors import ReconcileError
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
+from tests.support.polling import eventually
+from tests.support.spark import integration_session
 
 TEST_ENV = {
     "CDC_RUN_DIR": os.environ.get("CDC_TEST_RUN_DIR", str(REPO_ROOT / ".run" / "test-stack")),
@@ -99,15 +100,7 @@ def pg(config: StackConfig) -> Iterator[psycopg.Connection]:
 @pytest.fixture(scope="session")
 def spark(stack) -> Iterator:
     """One local Spark session for all integration tests (starting one costs seconds on 2 cores)."""
-    from cdc_reconcile.spark import build_session
-
-    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-    session = build_session(
-        "integration-tests",
-        master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = integration_session(TEST_ENV["CDC_SPARK_JARS"])
     yield session
     session.stop()
 
@@ -135,18 +128,6 @@ def table_run(spark, config: StackConfig, table: TableConfig, lake: Path, run_id
 def take_snapshot(spark, config: StackConfig, table, lake: Path, run_id: str, partitions: int = 4):
     """The snapshot step against the test stack's database."""
     return table_run(spark, config, table, lake, run_id).snapshot(partitions=partitions)
-
-
-def eventually(check: Callable[[], object], *, timeout: float, what: str, interval: float = 0.5) -> object:
-    """Return ``check()``'s first truthy result; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"{what}: not true after {timeout:.0f}s (last: {last!r})")
 
 
 def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, watermark_topic: str | None = None):

@@ -26,12 +26,13 @@ from pyspark.sql import functions as F
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import MAX_MESSAGE_BYTES
 from cdc_dev.stack.connect import connector_config
-from cdc_dev.stack.topics import read_topic
 from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.lake import TableLake
+from tests.support.kafka import read_topic
+from tests.support.polling import eventually
 
-from .conftest import eventually, run_once
+from .conftest import run_once
 
 pytestmark = pytest.mark.integration
 

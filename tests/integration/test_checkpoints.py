@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc_reconcile import kafka_offsets, sealing, state_store
-
-from .conftest import eventually
+from tests.support.kafka import consumer_end_offsets, read_range
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -35,55 +35,8 @@ def state(config) -> Iterator[psycopg.Connection]:
         yield conn
 
 
-def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int], *, timeout: float = 60):
-    """Every record a read_committed consumer returns in ``[start, end)``, as (partition, offset, raw value)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique("test-range"),
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "log_level": 0,
-        }
-    )
-    pending = {p for p in start if end[p] > start[p]}
-    records: list[tuple[int, int, bytes | None]] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, start[p]) for p in sorted(pending)])
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                pytest.fail(f"reading {topic} {start} -> {end}: partitions {sorted(pending)} not done in {timeout}s")
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            partition = message.partition()
-            if message.error():
-                if message.error().code() != KafkaError._PARTITION_EOF:
-                    pytest.fail(f"reading {topic}: {message.error()}")
-                if message.offset() >= end[partition]:
-                    pending.discard(partition)
-                continue
-            if message.offset() >= end[partition]:
-                pending.discard(partition)
-                continue
-            records.append((partition, message.offset(), message.value()))
-            if message.offset() == end[partition] - 1:
-                pending.discard(partition)
-    finally:
-        consumer.close()
-    return records
-
-
 def created_ids(records) -> set[int]:
-    ids = set()
-    for _, _, raw in records:
-        value = None if raw is None else json.loads(raw)
-        payload = value.get("payload", value) if isinstance(value, dict) else None
-        if payload and payload.get("op") == "c":
-            ids.add(payload["after"]["id"])
-    return ids
+    return {r.payload["after"]["id"] for r in records if r.payload and r.payload.get("op") == "c"}
 
 
 def insert_customers(pg: psycopg.Connection, marker: str, count: int) -> list[int]:
@@ -269,21 +222,17 @@ def test_end_offsets_are_the_last_stable_offset_and_wait_for_open_transactions(c
     producer.init_transactions(30)
     producer.begin_transaction()
     for i in range(3):
-        producer.produce(topic, f"committed-{i}".encode())
+        producer.produce(topic, json.dumps(f"committed-{i}").encode())
     producer.commit_transaction(30)
     producer.begin_transaction()
     for i in range(2):
-        producer.produce(topic, f"later-{i}".encode())
+        producer.produce(topic, json.dumps(f"later-{i}").encode())
     producer.flush(30)
 
     # offsets 0-2 committed records, 3 their commit marker, 4-5 records of the open transaction
     eventually(lambda: kafka_offsets.last_stable_offsets(bootstrap, topic, [0]) == {0: 4}, timeout=30, what="LSO at 4")
     assert kafka_offsets.log_end_offsets(bootstrap, topic, [0]) == {0: 6}
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "isolation.level": "read_committed"})
-    try:
-        assert reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 4)
-    finally:
-        reader.close()
+    assert consumer_end_offsets(bootstrap, topic) == {0: 4}
     began = time.monotonic()
     with pytest.raises(sealing.SealTimeout, match=topic) as raised:
         sealing.end_offsets(bootstrap, topic, [0], timeout=2)
@@ -292,7 +241,7 @@ def test_end_offsets_are_the_last_stable_offset_and_wait_for_open_transactions(c
 
     producer.commit_transaction(30)
     assert sealing.end_offsets(bootstrap, topic, [0], timeout=30) == {0: 7}
-    values = [raw.decode() for _, _, raw in read_range(bootstrap, topic, {0: 0}, {0: 7})]
+    values = [r.value for r in read_range(bootstrap, topic, {0: 0}, {0: 7})]
     assert values == ["committed-0", "committed-1", "committed-2", "later-0", "later-1"]
 
 
@@ -322,13 +271,14 @@ def test_sealed_range_holds_every_inserted_row(config, state, pg):
     assert sealed.start == start and sealed.end == ends and sealed.watermark_id == watermark_id
 
     records = read_range(bootstrap, topic, start, ends)
-    assert all(start[p] <= offset < ends[p] for p, offset, _ in records)
     missing = inserted - created_ids(records)
+    before = read_range(bootstrap, topic, dict.fromkeys(partitions, 0), start)
+    assert not inserted & created_ids(before), "rows inserted after the range opened lie before its start"
     assert not missing, f"{len(missing)} inserted rows not in the sealed range, e.g. {sorted(missing)[:5]}"
 
 
 def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, pg):
-    """Every transaction the snapshot saw is in the sealed range, under concurrent writes."""
+    """DESIGN.md section 5: every transaction the snapshot saw is in the sealed range, under concurrent writes."""
     bootstrap, topic = config.bootstrap_servers, config.topic_for("public.customers")
     watermark_topic = config.topic_for(WATERMARK_TABLE)
     table = unique("public.customers")

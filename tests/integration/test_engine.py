@@ -19,13 +19,14 @@ from pyspark.sql import functions as F
 
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import connector_config
-from cdc_dev.stack.topics import read_topic, unwrap
 from cdc_reconcile import errors, kafka_offsets, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
 from cdc_reconcile.lake import TableLake
+from tests.support.kafka import read_topic, unwrap
+from tests.support.polling import eventually
 
-from .conftest import eventually, run_once, table_run
+from .conftest import run_once, table_run
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc_dev.stack.topics import high_watermarks, read_topic
 from cdc_reconcile.run import read_kafka_range
+from tests.support.kafka import consumer_end_offsets, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def test_split_reads_of_a_transactional_range_hold_each_committed_record_once(co
             producer.commit_transaction(60)
     producer.flush(60)
 
-    end = high_watermarks(bootstrap, topic)[0]
+    end = consumer_end_offsets(bootstrap, topic)[0]
     committed = [(r.offset, r.value) for r in read_topic(bootstrap, topic, isolation="read_committed")]
     aborted = [
         r.offset for r in read_topic(bootstrap, topic, isolation="read_uncommitted") if r.value["batch"] % 3 == 1

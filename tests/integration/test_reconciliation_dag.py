@@ -26,11 +26,10 @@ from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
-from cdc_dev.stack.topics import read_topic
 from cdc_reconcile import run_state, state_store, storage
 from cdc_reconcile.phase import Phase
-
-from .conftest import eventually
+from tests.support.kafka import read_topic
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,8 @@ from cdc_reconcile import snapshot as snap_mod
 from cdc_reconcile import source_snapshot as source_mod
 from cdc_reconcile import storage
 from cdc_reconcile.config import ConfigError, TableConfig, load_config
+from tests.support.polling import eventually
 
-from .conftest import eventually
 from .conftest import take_snapshot as take
 
 pytestmark = pytest.mark.integration

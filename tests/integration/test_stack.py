@@ -18,9 +18,8 @@ import requests
 
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.process import pid_alive
-from cdc_dev.stack.topics import high_watermarks, read_topic, unwrap
-
-from .conftest import eventually
+from tests.support.kafka import consumer_end_offsets, read_topic, unwrap
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +123,7 @@ def test_connector_runs_exactly_once_and_writes_in_transactions(stack, config, p
 
     committed = read_topic(config.bootstrap_servers, topic, isolation="read_committed")
     uncommitted = read_topic(config.bootstrap_servers, topic, isolation="read_uncommitted")
-    end = high_watermarks(config.bootstrap_servers, topic)[0]
+    end = consumer_end_offsets(config.bootstrap_servers, topic)[0]
     offsets = [r.offset for r in committed]
     gaps = [b - a for a, b in itertools.pairwise(offsets) if b - a > 1]
     assert len(gaps) >= 4, f"five separately committed changes must leave transaction markers, gaps={gaps}"

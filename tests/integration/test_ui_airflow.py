@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from cdc_dev.loader import run_loader
 from cdc_dev.stack import Stack, StackConfig
 from cdc_reconcile import kafka_offsets
 from cdc_reconcile.config import default_config
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -55,19 +55,8 @@ def api(config: StackConfig) -> requests.Session:
 
 
 def wait_for(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.5) -> Any:
-    """First truthy ``check()``; exceptions count as "not yet" (a page still rendering)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-            if last:
-                return last
-        except Exception as exc:  # stale or missing element while React re-renders
-            last = exc
-        if time.monotonic() >= deadline:
-            pytest.fail(f"{what}: not true after {timeout:.0f}s (last: {last!r})")
-        time.sleep(interval)
+    """:func:`eventually`, where exceptions count as "not yet": stale or missing elements while React re-renders."""
+    return eventually(check, timeout=timeout, what=what, interval=interval, retry_on=(Exception,))
 
 
 @pytest.fixture(scope="module")

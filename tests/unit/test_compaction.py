@@ -7,15 +7,12 @@ import json
 import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from cdc_reconcile.compaction import (
     REDELIVERY,
     SNAPSHOT_RERUN,
     change_events,
-    changelog_rows,
-    decode_changes,
     duplicate_counts,
     fold_table,
     foreign_events,
@@ -28,124 +25,71 @@ from cdc_reconcile.compaction import (
 from cdc_reconcile.debezium.envelope import split_envelopes, tag_envelopes
 from cdc_reconcile.debezium.pgtypes import UNAVAILABLE_VALUE
 from cdc_reconcile.repair import resolve_duplicates
-
-TOPIC = "cdc.public.items"
-SPEC = {"id": "bigint", "name": "text", "qty": "integer"}
-KEY = ("id",)
-RAW = T.StructType(
-    [
-        T.StructField("topic", T.StringType()),
-        T.StructField("partition", T.IntegerType()),
-        T.StructField("offset", T.LongType()),
-        T.StructField("key", T.BinaryType()),
-        T.StructField("value", T.BinaryType()),
-    ]
+from tests.support.frames import (
+    ITEMS_KEY,
+    ITEMS_SPEC,
+    ITEMS_TOPIC,
+    item_changes,
+    item_event,
+    item_truncate,
+    items,
+    raw_records,
+    typed_changelog,
 )
 
 
-def typed_changelog(marked, spec, key):
-    """Typed changelog rows and undecodable events, as compaction derives them."""
-    return changelog_rows(decode_changes(marked, spec, key), key)
-
-
-def event(offset, op, key, after=None, before=None, txid=100, lsn=1000, snapshot="false", partition=0):
-    """One Kafka record as the JSON converter (schemas off) writes it; ``after=None`` and op None: tombstone."""
-    if op is None:
-        value = None
-    else:
-        value = json.dumps(
-            {
-                "before": before,
-                "after": after,
-                "source": {
-                    "version": "3.6.3.Final",
-                    "connector": "postgresql",
-                    "name": "cdc",
-                    "ts_ms": 1,
-                    "snapshot": snapshot,
-                    "db": "d",
-                    "schema": "public",
-                    "table": "items",
-                    "txId": txid,
-                    "lsn": lsn,
-                    "sequence": None,
-                    "xmin": None,
-                },
-                "op": op,
-                "ts_ms": 2,
-            }
-        ).encode()
-    return (TOPIC, partition, offset, json.dumps({"id": key}).encode(), value)
-
-
-def truncate(offset, txid, lsn, partition=0):
-    """A TRUNCATE as Debezium sends it: no key, no row images."""
-    _, _, _, _, value = event(offset, "t", 0, txid=txid, lsn=lsn, partition=partition)
-    return (TOPIC, partition, offset, None, value)
-
-
-def parsed(spark, rows):
-    good, bad = split_envelopes(tag_envelopes(spark.createDataFrame(rows, RAW), schemas=False))
-    assert bad.count() == 0
-    return change_events(good)
-
-
-def table(spark, rows):
-    return spark.createDataFrame(rows, "id long, name string, qty int")
-
-
 def fold(spark, rows, previous=None, history=None):
-    events = parsed(spark, rows)
+    events = item_changes(spark, rows)
     marked = mark_duplicates(events, history)
-    changelog, quarantined = typed_changelog(marked, SPEC, KEY)
+    changelog, quarantined = typed_changelog(marked, ITEMS_SPEC, ITEMS_KEY)
     assert quarantined.count() == 0
     resets = snapshot_resets(changelog)
-    return fold_table(changelog, SPEC, KEY, previous=previous, resets=resets), marked
+    return fold_table(changelog, ITEMS_SPEC, ITEMS_KEY, previous=previous, resets=resets), marked
 
 
 def state(df):
-    return df.select(*SPEC)
+    return df.select(*ITEMS_SPEC)
 
 
 def test_every_op_code_folds_to_the_latest_state_and_deletes_disappear(spark):
     rows = [
-        event(0, "r", 1, {"id": 1, "name": "a", "qty": 1}, snapshot="first", txid=50, lsn=900),
-        event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="last", txid=50, lsn=900),
-        event(2, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=101, lsn=1001),
-        event(3, "u", 1, {"id": 1, "name": "a2", "qty": 10}, {"id": 1, "name": "a", "qty": 1}, txid=102, lsn=1002),
-        event(4, "d", 2, None, {"id": 2, "name": "b", "qty": 2}, txid=103, lsn=1003),
-        event(5, None, 2),
+        item_event(0, "r", 1, {"id": 1, "name": "a", "qty": 1}, snapshot="first", txid=50, lsn=900),
+        item_event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="last", txid=50, lsn=900),
+        item_event(2, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=101, lsn=1001),
+        item_event(3, "u", 1, {"id": 1, "name": "a2", "qty": 10}, {"id": 1, "name": "a", "qty": 1}, txid=102, lsn=1002),
+        item_event(4, "d", 2, None, {"id": 2, "name": "b", "qty": 2}, txid=103, lsn=1003),
+        item_event(5, None, 2),
     ]
     result, _ = fold(spark, rows)
-    assertDataFrameEqual(state(result), table(spark, [(1, "a2", 10), (3, "c", 3)]))
+    assertDataFrameEqual(state(result), items(spark, [(1, "a2", 10), (3, "c", 3)]))
     assert {r["_cdc_op"] for r in result.collect()} == {"u", "c"}
 
 
 def test_redeliveries_out_of_order_are_dropped_and_counted(spark):
     rows = [
-        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
-        event(1, "u", 1, {"id": 1, "name": "b", "qty": 2}, {"id": 1}, txid=102, lsn=1002),
+        item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        item_event(1, "u", 1, {"id": 1, "name": "b", "qty": 2}, {"id": 1}, txid=102, lsn=1002),
         # after a worker crash without EOS, Connect resends from the last committed offset
-        event(2, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
-        event(3, "u", 1, {"id": 1, "name": "b", "qty": 2}, {"id": 1}, txid=102, lsn=1002),
-        event(4, "u", 1, {"id": 1, "name": "c", "qty": 3}, {"id": 1}, txid=104, lsn=1004),
+        item_event(2, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        item_event(3, "u", 1, {"id": 1, "name": "b", "qty": 2}, {"id": 1}, txid=102, lsn=1002),
+        item_event(4, "u", 1, {"id": 1, "name": "c", "qty": 3}, {"id": 1}, txid=104, lsn=1004),
     ]
     result, marked = fold(spark, rows)
     assert duplicate_counts(marked) == {REDELIVERY: 2, SNAPSHOT_RERUN: 0}
     dupes = marked.filter(F.col("duplicate_class").isNotNull()).select("offset", "duplicate_class")
     assertDataFrameEqual(dupes, [Row(offset=2, duplicate_class=REDELIVERY), Row(offset=3, duplicate_class=REDELIVERY)])
-    assertDataFrameEqual(state(result), table(spark, [(1, "c", 3)]))
+    assertDataFrameEqual(state(result), items(spark, [(1, "c", 3)]))
 
 
 def test_the_changelog_keeps_duplicates_flagged_until_repair_drops_them(spark):
     rows = [
-        event(0, "r", 1, {"id": 1, "name": "old", "qty": 1}, snapshot="first", txid=50, lsn=900),
-        event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="true", txid=50, lsn=900),
-        event(2, "r", 1, {"id": 1, "name": "new", "qty": 5}, snapshot="last", txid=60, lsn=950),
-        event(3, "u", 2, {"id": 2, "name": "b2", "qty": 3}, {"id": 2}, txid=61, lsn=960),
-        event(4, "u", 2, {"id": 2, "name": "b2", "qty": 3}, {"id": 2}, txid=61, lsn=960),
+        item_event(0, "r", 1, {"id": 1, "name": "old", "qty": 1}, snapshot="first", txid=50, lsn=900),
+        item_event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="true", txid=50, lsn=900),
+        item_event(2, "r", 1, {"id": 1, "name": "new", "qty": 5}, snapshot="last", txid=60, lsn=950),
+        item_event(3, "u", 2, {"id": 2, "name": "b2", "qty": 3}, {"id": 2}, txid=61, lsn=960),
+        item_event(4, "u", 2, {"id": 2, "name": "b2", "qty": 3}, {"id": 2}, txid=61, lsn=960),
     ]
-    changelog, _ = typed_changelog(mark_duplicates(parsed(spark, rows)), SPEC, KEY)
+    changelog, _ = typed_changelog(mark_duplicates(item_changes(spark, rows)), ITEMS_SPEC, ITEMS_KEY)
     flagged = changelog.select("offset", "duplicate_class")
     assertDataFrameEqual(
         flagged,
@@ -163,59 +107,59 @@ def test_the_changelog_keeps_duplicates_flagged_until_repair_drops_them(spark):
         resolved.select("offset", "duplicate_class"),
         [Row(offset=o, duplicate_class=None) for o in (1, 2, 3)],
     )
-    before = fold_table(changelog, SPEC, KEY, resets=snapshot_resets(changelog))
-    after = fold_table(resolved, SPEC, KEY, resets=snapshot_resets(resolved))
+    before = fold_table(changelog, ITEMS_SPEC, ITEMS_KEY, resets=snapshot_resets(changelog))
+    after = fold_table(resolved, ITEMS_SPEC, ITEMS_KEY, resets=snapshot_resets(resolved))
     assertDataFrameEqual(state(after), state(before))
-    assertDataFrameEqual(state(after), table(spark, [(1, "new", 5), (2, "b2", 3)]))
+    assertDataFrameEqual(state(after), items(spark, [(1, "new", 5), (2, "b2", 3)]))
     assertDataFrameEqual(resolve_duplicates(resolved), resolved)
 
 
 def test_a_redelivery_of_an_event_from_an_earlier_range_is_recognised(spark):
-    first = parsed(spark, [event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001)])
+    first = item_changes(spark, [item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001)])
     history = mark_duplicates(first)
-    again = parsed(spark, [event(7, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001)])
+    again = item_changes(spark, [item_event(7, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001)])
     assert duplicate_counts(mark_duplicates(again, history)) == {REDELIVERY: 1, SNAPSHOT_RERUN: 0}
 
 
 def test_snapshot_rerun_is_counted_and_its_newer_state_wins(spark):
     rows = [
         # first snapshot round (txid 50) interrupted by a crash after two rows
-        event(0, "r", 1, {"id": 1, "name": "old", "qty": 1}, snapshot="first", txid=50, lsn=900),
-        event(1, "r", 2, {"id": 2, "name": "gone", "qty": 2}, snapshot="true", txid=50, lsn=900),
+        item_event(0, "r", 1, {"id": 1, "name": "old", "qty": 1}, snapshot="first", txid=50, lsn=900),
+        item_event(1, "r", 2, {"id": 2, "name": "gone", "qty": 2}, snapshot="true", txid=50, lsn=900),
         # row 2 deleted and row 1 updated while the connector was down; the snapshot starts again
-        event(2, "r", 1, {"id": 1, "name": "new", "qty": 5}, snapshot="first", txid=60, lsn=950),
-        event(3, "r", 3, {"id": 3, "name": "x", "qty": 3}, snapshot="last", txid=60, lsn=950),
-        event(4, "c", 4, {"id": 4, "name": "y", "qty": 4}, txid=61, lsn=960),
+        item_event(2, "r", 1, {"id": 1, "name": "new", "qty": 5}, snapshot="first", txid=60, lsn=950),
+        item_event(3, "r", 3, {"id": 3, "name": "x", "qty": 3}, snapshot="last", txid=60, lsn=950),
+        item_event(4, "c", 4, {"id": 4, "name": "y", "qty": 4}, txid=61, lsn=960),
     ]
     result, marked = fold(spark, rows)
     assert duplicate_counts(marked) == {REDELIVERY: 0, SNAPSHOT_RERUN: 1}
     assert marked.filter(F.col("duplicate_class") == SNAPSHOT_RERUN).select("offset").first()[0] == 2
-    assertDataFrameEqual(state(result), table(spark, [(1, "new", 5), (3, "x", 3), (4, "y", 4)]))
+    assertDataFrameEqual(state(result), items(spark, [(1, "new", 5), (3, "x", 3), (4, "y", 4)]))
 
 
 def test_a_snapshot_round_in_a_new_range_resets_the_previous_lake_table(spark):
     first, _ = fold(
         spark,
         [
-            event(0, "r", 1, {"id": 1, "name": "a", "qty": 1}, snapshot="first", txid=50, lsn=900),
-            event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="true", txid=50, lsn=900),
+            item_event(0, "r", 1, {"id": 1, "name": "a", "qty": 1}, snapshot="first", txid=50, lsn=900),
+            item_event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="true", txid=50, lsn=900),
         ],
     )
     second, _ = fold(
         spark,
-        [event(5, "r", 1, {"id": 1, "name": "a", "qty": 9}, snapshot="last", txid=70, lsn=990)],
+        [item_event(5, "r", 1, {"id": 1, "name": "a", "qty": 9}, snapshot="last", txid=70, lsn=990)],
         previous=first,
     )
-    assertDataFrameEqual(state(second), table(spark, [(1, "a", 9)]))
+    assertDataFrameEqual(state(second), items(spark, [(1, "a", 9)]))
 
 
 def test_incremental_fold_equals_a_full_fold(spark):
     rows = [
-        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
-        event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=102, lsn=1002),
-        event(2, "u", 1, {"id": 1, "name": "a", "qty": 5}, {"id": 1}, txid=103, lsn=1003),
-        event(3, "d", 2, None, {"id": 2, "name": "b", "qty": 2}, txid=104, lsn=1004),
-        event(4, "c", 2, {"id": 2, "name": "b2", "qty": 7}, txid=105, lsn=1005),
+        item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        item_event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=102, lsn=1002),
+        item_event(2, "u", 1, {"id": 1, "name": "a", "qty": 5}, {"id": 1}, txid=103, lsn=1003),
+        item_event(3, "d", 2, None, {"id": 2, "name": "b", "qty": 2}, txid=104, lsn=1004),
+        item_event(4, "c", 2, {"id": 2, "name": "b2", "qty": 7}, txid=105, lsn=1005),
     ]
     full, _ = fold(spark, rows)
     head, _ = fold(spark, rows[:3])
@@ -225,25 +169,25 @@ def test_incremental_fold_equals_a_full_fold(spark):
 
 def test_unchanged_toast_column_is_filled_from_the_previous_state(spark):
     rows = [
-        event(0, "c", 1, {"id": 1, "name": "x" * 5000, "qty": 1}, txid=101, lsn=1001),
-        event(1, "u", 1, {"id": 1, "name": UNAVAILABLE_VALUE, "qty": 2}, {"id": 1}, txid=102, lsn=1002),
+        item_event(0, "c", 1, {"id": 1, "name": "x" * 5000, "qty": 1}, txid=101, lsn=1001),
+        item_event(1, "u", 1, {"id": 1, "name": UNAVAILABLE_VALUE, "qty": 2}, {"id": 1}, txid=102, lsn=1002),
     ]
     full, _ = fold(spark, rows)
-    assertDataFrameEqual(state(full), table(spark, [(1, "x" * 5000, 2)]))
+    assertDataFrameEqual(state(full), items(spark, [(1, "x" * 5000, 2)]))
     head, _ = fold(spark, rows[:1])
     tail, _ = fold(spark, rows[1:], previous=head)
-    assertDataFrameEqual(state(tail), table(spark, [(1, "x" * 5000, 2)]))
+    assertDataFrameEqual(state(tail), items(spark, [(1, "x" * 5000, 2)]))
 
 
 def test_ordering_trap_emission_order_wins_over_lsn(spark):
     """A transaction that began before the snapshot point commits after it with lower change LSNs."""
     rows = [
-        event(0, "r", 1, {"id": 1, "name": "snap", "qty": 1}, snapshot="last", txid=50, lsn=5000),
+        item_event(0, "r", 1, {"id": 1, "name": "snap", "qty": 1}, snapshot="last", txid=50, lsn=5000),
         # txid 49 began earlier; its change LSN 4000 is below the snapshot's, but it committed later
-        event(1, "u", 1, {"id": 1, "name": "late-commit", "qty": 2}, {"id": 1}, txid=49, lsn=4000),
+        item_event(1, "u", 1, {"id": 1, "name": "late-commit", "qty": 2}, {"id": 1}, txid=49, lsn=4000),
     ]
     result, _ = fold(spark, rows)
-    assertDataFrameEqual(state(result), table(spark, [(1, "late-commit", 2)]))
+    assertDataFrameEqual(state(result), items(spark, [(1, "late-commit", 2)]))
 
 
 @pytest.mark.parametrize("partitions", [(0, 0), (0, 1)])
@@ -270,7 +214,7 @@ def test_compound_keys_fold_per_key(spark, partitions):
                 },
             }
         ).encode()
-        return (TOPIC, partition, offset, json.dumps({"order_id": order_id, "line_no": line_no}).encode(), value)
+        return (ITEMS_TOPIC, partition, offset, json.dumps({"order_id": order_id, "line_no": line_no}).encode(), value)
 
     p, q = partitions
     rows = [
@@ -279,7 +223,7 @@ def test_compound_keys_fold_per_key(spark, partitions):
         line(2, "u", 1, 1, "a2", 12, p),
         line(3 if p == q else 1, "d", 1, 2, "b", 13, q),
     ]
-    events = parsed(spark, rows)
+    events = item_changes(spark, rows)
     changelog, _ = typed_changelog(mark_duplicates(events), spec, key)
     result = fold_table(changelog, spec, key).select(*spec)
     assertDataFrameEqual(result, spark.createDataFrame([(1, 1, "a2")], "order_id long, line_no int, sku string"))
@@ -287,15 +231,17 @@ def test_compound_keys_fold_per_key(spark, partitions):
 
 def test_decoding_without_raw_values_gives_the_same_changelog_and_quarantine(spark):
     rows = [
-        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
-        event(1, "u", 2, {"id": 2, "name": "b", "qty": "not a number"}, {"id": 2}, txid=102, lsn=1002),
-        event(2, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
-        event(3, "d", 3, None, {"id": "x"}, txid=103, lsn=1003),
+        item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        item_event(1, "u", 2, {"id": 2, "name": "b", "qty": "not a number"}, {"id": 2}, txid=102, lsn=1002),
+        item_event(2, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        item_event(3, "d", 3, None, {"id": "x"}, txid=103, lsn=1003),
     ]
-    good, _ = split_envelopes(tag_envelopes(spark.createDataFrame(rows, RAW), schemas=False))
+    good, _ = split_envelopes(tag_envelopes(raw_records(spark, rows), schemas=False))
     events = change_events(good)
-    changelog, quarantined = typed_changelog(mark_duplicates(events), SPEC, KEY)
-    lean_changelog, lean_quarantined = typed_changelog(mark_duplicates(without_raw_values(events)), SPEC, KEY)
+    changelog, quarantined = typed_changelog(mark_duplicates(events), ITEMS_SPEC, ITEMS_KEY)
+    lean_changelog, lean_quarantined = typed_changelog(
+        mark_duplicates(without_raw_values(events)), ITEMS_SPEC, ITEMS_KEY
+    )
     assert quarantined.count() == 2
     assertDataFrameEqual(lean_changelog, changelog)
     assertDataFrameEqual(with_raw_values(lean_quarantined, good), quarantined)
@@ -304,16 +250,16 @@ def test_decoding_without_raw_values_gives_the_same_changelog_and_quarantine(spa
 
 def test_a_truncate_empties_the_table_and_later_changes_count(spark):
     rows = [
-        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
-        event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=102, lsn=1002),
-        truncate(2, txid=103, lsn=1003),
-        event(3, "c", 2, {"id": 2, "name": "b2", "qty": 5}, txid=104, lsn=1004),
-        event(4, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=105, lsn=1005),
+        item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        item_event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=102, lsn=1002),
+        item_truncate(2, txid=103, lsn=1003),
+        item_event(3, "c", 2, {"id": 2, "name": "b2", "qty": 5}, txid=104, lsn=1004),
+        item_event(4, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=105, lsn=1005),
     ]
     result, marked = fold(spark, rows)
-    assertDataFrameEqual(state(result), table(spark, [(2, "b2", 5), (3, "c", 3)]))
+    assertDataFrameEqual(state(result), items(spark, [(2, "b2", 5), (3, "c", 3)]))
     # the truncate is a change of the range, kept in the changelog, and the fold of the changelog applies it
-    changelog, _ = typed_changelog(marked, SPEC, KEY)
+    changelog, _ = typed_changelog(marked, ITEMS_SPEC, ITEMS_KEY)
     assert [(r["op"], r["key"]) for r in changelog.filter("op = 't'").collect()] == [("t", None)]
 
     # incrementally: the previous lake table's rows are older than the truncate
@@ -324,36 +270,36 @@ def test_a_truncate_empties_the_table_and_later_changes_count(spark):
 
 def test_a_truncate_on_another_partition_is_ordered_by_lsn(spark):
     rows = [
-        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001, partition=1),
-        truncate(0, txid=103, lsn=1003, partition=0),
-        event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=104, lsn=1004, partition=1),
+        item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001, partition=1),
+        item_truncate(0, txid=103, lsn=1003, partition=0),
+        item_event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=104, lsn=1004, partition=1),
     ]
     result, _ = fold(spark, rows)
-    assertDataFrameEqual(state(result), table(spark, [(2, "b", 2)]))
+    assertDataFrameEqual(state(result), items(spark, [(2, "b", 2)]))
 
 
 def test_a_redelivered_truncate_is_a_counted_duplicate_and_changes_nothing_else(spark):
     rows = [
-        event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
-        truncate(1, txid=102, lsn=1002),
-        event(2, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=103, lsn=1003),
-        truncate(3, txid=102, lsn=1002),  # redelivered after a worker crash: it must not empty key 2
+        item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001),
+        item_truncate(1, txid=102, lsn=1002),
+        item_event(2, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=103, lsn=1003),
+        item_truncate(3, txid=102, lsn=1002),  # redelivered after a worker crash: it must not empty key 2
     ]
     result, marked = fold(spark, rows)
     assert duplicate_counts(marked) == {REDELIVERY: 1, SNAPSHOT_RERUN: 0}
-    assertDataFrameEqual(state(result), table(spark, [(2, "b", 2)]))
+    assertDataFrameEqual(state(result), items(spark, [(2, "b", 2)]))
 
 
 def test_an_event_of_another_table_in_the_topic_is_quarantined_not_folded(spark):
-    stray = event(1, "c", 1, {"id": 1, "name": "not ours", "qty": 9}, txid=102, lsn=1002)
+    stray = item_event(1, "c", 1, {"id": 1, "name": "not ours", "qty": 9}, txid=102, lsn=1002)
     value = json.loads(stray[4])
     value["source"]["table"] = "invoices"
     rows = [
-        event(0, "c", 2, {"id": 2, "name": "ours", "qty": 1}, txid=101, lsn=1001),
+        item_event(0, "c", 2, {"id": 2, "name": "ours", "qty": 1}, txid=101, lsn=1001),
         (*stray[:4], json.dumps(value).encode()),
-        event(2, None, 2),
+        item_event(2, None, 2),
     ]
-    good, bad = split_envelopes(tag_envelopes(spark.createDataFrame(rows, RAW), schemas=False))
+    good, bad = split_envelopes(tag_envelopes(raw_records(spark, rows), schemas=False))
     assert bad.count() == 0
     assertDataFrameEqual(of_table(good, "public.items").select("offset"), [Row(offset=0), Row(offset=2)])
     assertDataFrameEqual(

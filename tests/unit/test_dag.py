@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
 import pytest
@@ -37,6 +36,24 @@ def monkeypatch_module():
 def test_every_dag_imports_without_errors(dagbag):
     assert dagbag.import_errors == {}
     assert "cdc_reconciliation" in dagbag.dags
+    folders = {Path(dag.fileloc).parent for dag in dagbag.dags.values()}
+    assert folders == {REPO / "dags"}, "only the project's DAG files are loaded (no example DAGs)"
+
+
+def test_a_connection_or_variable_read_at_parse_time_fails_the_parse(dagbag, tmp_path):
+    """The guard behind the first test: a DAG file that reads a connection or variable while parsing
+    gets an import error, so "imports without errors" means "touches neither"."""
+    (tmp_path / "reads_a_variable.py").write_text(
+        "from airflow.sdk import DAG, Variable\nVariable.get('cdc_lake_root')\n"
+    )
+    (tmp_path / "reads_a_connection.py").write_text(
+        "from airflow.sdk import DAG, BaseHook\nBaseHook.get_connection('cdc_state')\n"
+    )
+    from airflow.dag_processing.dagbag import DagBag
+
+    errors = DagBag(dag_folder=str(tmp_path)).import_errors
+    assert {Path(path).name for path in errors} == {"reads_a_variable.py", "reads_a_connection.py"}
+    assert all("touched at parse time" in error for error in errors.values()), errors
 
 
 def test_the_reconciliation_dag_is_hourly_tagged_and_retried(dagbag):
@@ -106,4 +123,19 @@ def test_the_lake_table_is_published_as_an_asset(dagbag):
     dag = dagbag.dags["cdc_reconciliation"]
     publish = dag.get_task("reconcile_table.publish_lake_table")
     assert [getattr(o, "name", None) for o in publish.outlets] == ["cdc_lake_tables"]
-    assert os.environ.get("AIRFLOW__CORE__LOAD_EXAMPLES") == "False"
+    assert type(publish.outlets[0]).__name__ == "AssetAlias", "the tables' assets are attached at run time"
+
+
+def test_spark_jobs_take_secrets_and_locations_from_connections_and_variables_at_run_time(dagbag):
+    """Nothing environment-specific is frozen into the DAG: the jobs' DSNs, credentials and lake root
+    are templates over Airflow connections and variables, in fields the operator renders per run."""
+    dag = dagbag.dags["cdc_reconciliation"]
+    spark_tasks = [t for t in dag.tasks if type(t).__name__ == "SparkSubmitOperator"]
+    assert spark_tasks
+    for task in spark_tasks:
+        assert {"application_args", "env_vars"} <= set(task.template_fields), task.task_id
+        args = " ".join(map(str, task.application_args))
+        assert "{{ var.value.cdc_lake_root }}" in args, f"{task.task_id}: lake root is not the variable"
+        assert "{{ run_id }}" in args, f"{task.task_id}: run id is not templated"
+        for name in ("CDC_STATE_DSN", "CDC_PG_DSN", "CDC_PG_JDBC_URL", "CDC_PG_USER", "CDC_PG_PASSWORD"):
+            assert "{{" in task.env_vars[name] and "conn.cdc_" in task.env_vars[name], f"{task.task_id}: {name}"

@@ -9,38 +9,33 @@ from cdc_reconcile.compaction import fold_table, mark_duplicates
 from cdc_reconcile.diff import EXTRA, MISSING, STALE, diff_rows, lake_as_of, summarise, visible_changes
 from cdc_reconcile.repair import audit_rows, repair_events
 from cdc_reconcile.visibility import PgSnapshot
+from tests.support.frames import ITEMS_KEY, ITEMS_SPEC, item_changes, item_event, item_truncate, items, typed_changelog
 
-from .test_compaction import KEY, SPEC, event, parsed, truncate, typed_changelog
-
-COLUMNS = list(SPEC)
+COLUMNS = list(ITEMS_SPEC)
 # xmin 100, xmax 110, transaction 105 still in progress when the snapshot was taken
 SNAPSHOT = PgSnapshot(100, 110, (105,))
 
 
 def changelog_of(spark, rows):
-    changelog, quarantined = typed_changelog(mark_duplicates(parsed(spark, rows)), SPEC, KEY)
+    changelog, quarantined = typed_changelog(mark_duplicates(item_changes(spark, rows)), ITEMS_SPEC, ITEMS_KEY)
     assert quarantined.count() == 0
     return changelog
-
-
-def source(spark, rows):
-    return spark.createDataFrame(rows, "id long, name string, qty int")
 
 
 def test_lake_as_of_the_snapshot_ignores_invisible_transactions(spark):
     changelog = changelog_of(
         spark,
         [
-            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
-            event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=101, lsn=11),
-            event(2, "u", 1, {"id": 1, "name": "a", "qty": 7}, {"id": 1}, txid=112, lsn=12),  # after xmax
-            event(3, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=105, lsn=13),  # in progress (xip)
+            item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            item_event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=101, lsn=11),
+            item_event(2, "u", 1, {"id": 1, "name": "a", "qty": 7}, {"id": 1}, txid=112, lsn=12),  # after xmax
+            item_event(3, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=105, lsn=13),  # in progress (xip)
         ],
     )
-    as_of = lake_as_of(changelog, SNAPSHOT, SPEC, KEY).select(*COLUMNS)
-    assertDataFrameEqual(as_of, source(spark, [(1, "a", 1), (2, "b", 2)]))
-    snapshot = source(spark, [(1, "a", 1), (2, "b", 2)])
-    assert diff_rows(as_of, snapshot, KEY, COLUMNS).count() == 0
+    as_of = lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY).select(*COLUMNS)
+    assertDataFrameEqual(as_of, items(spark, [(1, "a", 1), (2, "b", 2)]))
+    snapshot = items(spark, [(1, "a", 1), (2, "b", 2)])
+    assert diff_rows(as_of, snapshot, ITEMS_KEY, COLUMNS).count() == 0
 
 
 def test_32_bit_streamed_xids_are_compared_after_widening(spark):
@@ -49,27 +44,27 @@ def test_32_bit_streamed_xids_are_compared_after_widening(spark):
     changelog = changelog_of(
         spark,
         [
-            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=99, lsn=10),  # 32-bit, before xmin
-            event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=111, lsn=11),  # 32-bit, after xmax
+            item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=99, lsn=10),  # 32-bit, before xmin
+            item_event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=111, lsn=11),  # 32-bit, after xmax
         ],
     )
-    as_of = lake_as_of(changelog, snapshot, SPEC, KEY).select(*COLUMNS)
-    assertDataFrameEqual(as_of, source(spark, [(1, "a", 1)]))
+    as_of = lake_as_of(changelog, snapshot, ITEMS_SPEC, ITEMS_KEY).select(*COLUMNS)
+    assertDataFrameEqual(as_of, items(spark, [(1, "a", 1)]))
 
 
 def test_diff_names_missing_extra_and_stale_keys(spark):
-    lake = source(spark, [(1, "a", 1), (2, "b", 2), (4, None, 4)])
-    snapshot = source(spark, [(1, "a", 1), (2, "b", 3), (3, "c", 3), (4, "", 4)])
-    diff = diff_rows(lake, snapshot, KEY, COLUMNS)
+    lake = items(spark, [(1, "a", 1), (2, "b", 2), (4, None, 4)])
+    snapshot = items(spark, [(1, "a", 1), (2, "b", 3), (3, "c", 3), (4, "", 4)])
+    diff = diff_rows(lake, snapshot, ITEMS_KEY, COLUMNS)
     assertDataFrameEqual(
         diff.select("id", "kind"),
         [Row(id=2, kind=STALE), Row(id=3, kind=MISSING), Row(id=4, kind=STALE)],
     )
-    report = summarise(diff, lake, snapshot, KEY)
+    report = summarise(diff, lake, snapshot, ITEMS_KEY)
     assert report.counts == {MISSING: 1, EXTRA: 0, STALE: 2}
     assert report.samples[MISSING] == [{"id": 3}]
     assert not report.clean
-    extra = diff_rows(snapshot, lake, KEY, COLUMNS)
+    extra = diff_rows(snapshot, lake, ITEMS_KEY, COLUMNS)
     assert {r["kind"] for r in extra.collect()} == {EXTRA, STALE}
 
 
@@ -77,27 +72,27 @@ def test_repair_events_make_the_lake_equal_the_snapshot_and_later_events_still_w
     changelog = changelog_of(
         spark,
         [
-            event(0, "c", 1, {"id": 1, "name": "lost-update", "qty": 1}, txid=90, lsn=10),
-            event(1, "c", 9, {"id": 9, "name": "ghost", "qty": 9}, txid=91, lsn=11),
+            item_event(0, "c", 1, {"id": 1, "name": "lost-update", "qty": 1}, txid=90, lsn=10),
+            item_event(1, "c", 9, {"id": 9, "name": "ghost", "qty": 9}, txid=91, lsn=11),
             # after the snapshot: a real change to key 1 that must win over the repair
-            event(2, "u", 1, {"id": 1, "name": "later", "qty": 5}, {"id": 1}, txid=120, lsn=20),
+            item_event(2, "u", 1, {"id": 1, "name": "later", "qty": 5}, {"id": 1}, txid=120, lsn=20),
         ],
     )
-    snapshot = source(spark, [(1, "fixed", 2), (3, "never-arrived", 3)])
-    as_of = lake_as_of(changelog, SNAPSHOT, SPEC, KEY)
-    diff = diff_rows(as_of, snapshot, KEY, COLUMNS)
+    snapshot = items(spark, [(1, "fixed", 2), (3, "never-arrived", 3)])
+    as_of = lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY)
+    diff = diff_rows(as_of, snapshot, ITEMS_KEY, COLUMNS)
     assert sorted((r["id"], r["kind"]) for r in diff.collect()) == [(1, STALE), (3, MISSING), (9, EXTRA)]
 
-    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), SPEC, KEY)
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
     repaired = changelog.unionByName(repairs)
-    assert diff_rows(lake_as_of(repaired, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS).count() == 0
-    table = fold_table(repaired, SPEC, KEY).select(*COLUMNS)
-    assertDataFrameEqual(table, source(spark, [(1, "later", 5), (3, "never-arrived", 3)]))
+    assert diff_rows(lake_as_of(repaired, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS).count() == 0
+    table = fold_table(repaired, ITEMS_SPEC, ITEMS_KEY).select(*COLUMNS)
+    assertDataFrameEqual(table, items(spark, [(1, "later", 5), (3, "never-arrived", 3)]))
 
-    again = diff_rows(lake_as_of(repaired, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS)
-    assert repair_events(again, snapshot, visible_changes(repaired, SNAPSHOT), SPEC, KEY).count() == 0
+    again = diff_rows(lake_as_of(repaired, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
+    assert repair_events(again, snapshot, visible_changes(repaired, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY).count() == 0
 
-    audit = audit_rows(diff, None, KEY, run_id="run-1", table_name="public.items", dry_run=False)
+    audit = audit_rows(diff, None, ITEMS_KEY, run_id="run-1", table_name="public.items", dry_run=False)
     assert sorted((r["key"], r["kind"]) for r in audit.collect()) == [
         ('{"id":1}', STALE),
         ('{"id":3}', MISSING),
@@ -107,15 +102,17 @@ def test_repair_events_make_the_lake_equal_the_snapshot_and_later_events_still_w
 
 
 def test_repair_of_a_key_known_only_from_the_previous_table_is_placed_after_it(spark):
-    first = changelog_of(spark, [event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10)])
-    previous = fold_table(first, SPEC, KEY)
+    first = changelog_of(spark, [item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10)])
+    previous = fold_table(first, ITEMS_SPEC, ITEMS_KEY)
     empty_range = first.limit(0)
-    snapshot = source(spark, [(1, "b", 2)])
-    as_of = lake_as_of(empty_range, SNAPSHOT, SPEC, KEY, previous=previous)
-    diff = diff_rows(as_of, snapshot, KEY, COLUMNS)
-    repairs = repair_events(diff, snapshot, visible_changes(empty_range, SNAPSHOT), SPEC, KEY, previous=previous)
+    snapshot = items(spark, [(1, "b", 2)])
+    as_of = lake_as_of(empty_range, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY, previous=previous)
+    diff = diff_rows(as_of, snapshot, ITEMS_KEY, COLUMNS)
+    repairs = repair_events(
+        diff, snapshot, visible_changes(empty_range, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY, previous=previous
+    )
     assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(0, 0, 1)]
-    table = fold_table(repairs, SPEC, KEY, previous=previous).select(*COLUMNS)
+    table = fold_table(repairs, ITEMS_SPEC, ITEMS_KEY, previous=previous).select(*COLUMNS)
     assertDataFrameEqual(table, snapshot)
 
 
@@ -123,16 +120,16 @@ def test_repair_events_never_reset_other_keys_like_a_snapshot_round(spark):
     changelog = changelog_of(
         spark,
         [
-            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
-            event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=91, lsn=11),
-            event(2, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=92, lsn=12),
+            item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            item_event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=91, lsn=11),
+            item_event(2, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=92, lsn=12),
         ],
     )
-    snapshot = source(spark, [(1, "a", 1), (2, "b", 2), (3, "c", 30)])
-    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS)
-    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), SPEC, KEY)
+    snapshot = items(spark, [(1, "a", 1), (2, "b", 2), (3, "c", 30)])
+    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
     assert [(r["id"], r["op"], r["offset"]) for r in repairs.collect()] == [(3, "r", 2)]
-    repaired = lake_as_of(changelog.unionByName(repairs), SNAPSHOT, SPEC, KEY).select(*COLUMNS)
+    repaired = lake_as_of(changelog.unionByName(repairs), SNAPSHOT, ITEMS_SPEC, ITEMS_KEY).select(*COLUMNS)
     assertDataFrameEqual(repaired, snapshot)
 
 
@@ -140,44 +137,44 @@ def test_a_truncate_the_snapshot_did_not_see_is_not_applied_as_of_the_snapshot(s
     changelog = changelog_of(
         spark,
         [
-            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
-            truncate(1, txid=112, lsn=11),  # committed after the snapshot (xmax 110)
+            item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            item_truncate(1, txid=112, lsn=11),  # committed after the snapshot (xmax 110)
         ],
     )
-    snapshot = source(spark, [(1, "a", 1)])
-    as_of = lake_as_of(changelog, SNAPSHOT, SPEC, KEY)
-    assert diff_rows(as_of, snapshot, KEY, COLUMNS).count() == 0
-    assert fold_table(changelog, SPEC, KEY).count() == 0
+    snapshot = items(spark, [(1, "a", 1)])
+    as_of = lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY)
+    assert diff_rows(as_of, snapshot, ITEMS_KEY, COLUMNS).count() == 0
+    assert fold_table(changelog, ITEMS_SPEC, ITEMS_KEY).count() == 0
 
 
 def test_a_row_lost_after_a_truncate_is_repaired_after_the_truncate(spark):
     changelog = changelog_of(
         spark,
         [
-            event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
-            event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=91, lsn=11),
-            truncate(2, txid=92, lsn=12),
+            item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            item_event(1, "c", 2, {"id": 2, "name": "b", "qty": 2}, txid=91, lsn=11),
+            item_truncate(2, txid=92, lsn=12),
             # key 1 inserted again after the truncate, but that event never arrived
-            event(3, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=94, lsn=14),
+            item_event(3, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=94, lsn=14),
         ],
     )
-    snapshot = source(spark, [(1, "again", 7), (3, "c", 3)])
-    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS)
+    snapshot = items(spark, [(1, "again", 7), (3, "c", 3)])
+    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
     assert sorted((r["id"], r["kind"]) for r in diff.collect()) == [(1, MISSING)]
-    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), SPEC, KEY)
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
     assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(0, 2, 1)]
     repaired = changelog.unionByName(repairs)
-    assert diff_rows(lake_as_of(repaired, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS).count() == 0
-    assertDataFrameEqual(fold_table(repaired, SPEC, KEY).select(*COLUMNS), snapshot)
+    assert diff_rows(lake_as_of(repaired, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS).count() == 0
+    assertDataFrameEqual(fold_table(repaired, ITEMS_SPEC, ITEMS_KEY).select(*COLUMNS), snapshot)
 
 
 def test_a_later_truncate_empties_a_row_repaired_without_a_known_position(spark):
-    first = changelog_of(spark, [event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10)])
-    snapshot = source(spark, [(1, "a", 1), (2, "never-arrived", 2)])
-    diff = diff_rows(lake_as_of(first, SNAPSHOT, SPEC, KEY), snapshot, KEY, COLUMNS)
-    repairs = repair_events(diff, snapshot, visible_changes(first, SNAPSHOT), SPEC, KEY)
+    first = changelog_of(spark, [item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10)])
+    snapshot = items(spark, [(1, "a", 1), (2, "never-arrived", 2)])
+    diff = diff_rows(lake_as_of(first, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
+    repairs = repair_events(diff, snapshot, visible_changes(first, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
     assert [(r["id"], r["partition"], r["offset"]) for r in repairs.collect()] == [(2, -1, -1)]
-    previous = fold_table(first.unionByName(repairs), SPEC, KEY)
+    previous = fold_table(first.unionByName(repairs), ITEMS_SPEC, ITEMS_KEY)
     assert previous.count() == 2
-    second = changelog_of(spark, [truncate(5, txid=95, lsn=50)])
-    assert fold_table(second, SPEC, KEY, previous=previous).count() == 0
+    second = changelog_of(spark, [item_truncate(5, txid=95, lsn=50)])
+    assert fold_table(second, ITEMS_SPEC, ITEMS_KEY, previous=previous).count() == 0

@@ -93,9 +93,15 @@ def read_topic(
         consumer.close()
 
 
-def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
-    """End offset per partition (including transaction markers and uncommitted records)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wm-{uuid.uuid4()}", "log_level": 0})
+def high_watermarks(bootstrap: str, topic: str, *, isolation: str = "read_committed") -> dict[int, int]:
+    """End offset per partition as a consumer of ``isolation`` sees it (transaction markers count).
+
+    ``read_committed`` (librdkafka's default) gives the last stable offset, which equals the high
+    watermark when no transaction is open; ``read_uncommitted`` gives the high watermark.
+    """
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"wm-{uuid.uuid4()}", "isolation.level": isolation, "log_level": 0}
+    )
     try:
         metadata = consumer.list_topics(topic, timeout=10)
         return {

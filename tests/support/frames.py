@@ -1,0 +1,92 @@
+"""Small DataFrames the unit tests share: raw Kafka records and the ``items`` table's Debezium events.
+
+``items`` (``id`` key, ``name``, ``qty``) is the table the compaction, diff and repair tests fold and
+compare; its events are built as the JSON converter (schemas off) writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from cdc_reconcile.compaction import change_events, changelog_rows, decode_changes
+from cdc_reconcile.debezium.envelope import split_envelopes, tag_envelopes
+
+RAW_SCHEMA = "topic string, partition int, offset long, key binary, value binary"
+ITEMS_TOPIC = "cdc.public.items"
+ITEMS_SPEC = {"id": "bigint", "name": "text", "qty": "integer"}
+ITEMS_KEY = ("id",)
+ITEMS_SCHEMA = "id long, name string, qty int"
+
+RawRecord = tuple[str, int, int, bytes | None, bytes | None]
+
+
+def raw_records(spark: SparkSession, rows: Sequence[RawRecord]) -> DataFrame:
+    """Kafka records as the Spark Kafka source returns them: topic, partition, offset, key, value."""
+    return spark.createDataFrame(list(rows), RAW_SCHEMA)
+
+
+def items(spark: SparkSession, rows: Sequence[tuple[Any, ...]]) -> DataFrame:
+    """Rows of the ``items`` table (a source snapshot or the expected lake table)."""
+    return spark.createDataFrame(list(rows), ITEMS_SCHEMA)
+
+
+def item_event(
+    offset: int,
+    op: str | None,
+    key: int,
+    after: dict[str, Any] | None = None,
+    before: dict[str, Any] | None = None,
+    txid: int = 100,
+    lsn: int = 1000,
+    snapshot: str = "false",
+    partition: int = 0,
+) -> RawRecord:
+    """One Kafka record of an ``items`` change; ``op=None`` is the tombstone after a delete."""
+    if op is None:
+        value = None
+    else:
+        value = json.dumps(
+            {
+                "before": before,
+                "after": after,
+                "source": {
+                    "version": "3.6.3.Final",
+                    "connector": "postgresql",
+                    "name": "cdc",
+                    "ts_ms": 1,
+                    "snapshot": snapshot,
+                    "db": "d",
+                    "schema": "public",
+                    "table": "items",
+                    "txId": txid,
+                    "lsn": lsn,
+                    "sequence": None,
+                    "xmin": None,
+                },
+                "op": op,
+                "ts_ms": 2,
+            }
+        ).encode()
+    return (ITEMS_TOPIC, partition, offset, json.dumps({"id": key}).encode(), value)
+
+
+def item_truncate(offset: int, txid: int, lsn: int, partition: int = 0) -> RawRecord:
+    """A TRUNCATE of ``items`` as Debezium sends it: no key, no row images."""
+    _, _, _, _, value = item_event(offset, "t", 0, txid=txid, lsn=lsn, partition=partition)
+    return (ITEMS_TOPIC, partition, offset, None, value)
+
+
+def item_changes(spark: SparkSession, rows: Sequence[RawRecord]) -> DataFrame:
+    """The change events of ``rows``; every record must parse (nothing quarantined)."""
+    good, bad = split_envelopes(tag_envelopes(raw_records(spark, rows), schemas=False))
+    assert bad.count() == 0, bad.collect()
+    return change_events(good)
+
+
+def typed_changelog(marked: DataFrame, spec: Mapping[str, str], key: Sequence[str]) -> tuple[DataFrame, DataFrame]:
+    """Typed changelog rows and the events that could not be decoded, as compaction derives them."""
+    return changelog_rows(decode_changes(marked, spec, key), key)
