@@ -40,7 +40,7 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || die "Python 3.11 is required ($PY not found; set PYTHON=/path/to/python3.11)"
 [ -x "$VENV/bin/python" ] || { say "creating virtualenv $VENV"; "$PY" -m venv "$VENV"; }
 py_stamp=$(cat "$ROOT/requirements.txt" "$ROOT/constraints.txt" "$ROOT/pyproject.toml" "$ROOT/dev/pyproject.toml" | sha256sum | cut -d' ' -f1)
-if ! stamp_ok "$VENV/.cdc-stamp" "$py_stamp"; then
+if ! stamp_ok "$VENV/.cdc-stamp" "$py_stamp" || [ ! -x "$VENV/bin/cdc-stack" ]; then
   say "installing Python packages (requirements.txt, constraints.txt)"
   "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
   "$VENV/bin/python" -m pip install -q -r "$ROOT/requirements.txt" -c "$ROOT/constraints.txt"
