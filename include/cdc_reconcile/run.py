@@ -134,7 +134,9 @@ class TableRun:
     def open(self, *, full_rescan: bool = False) -> dict[int, int]:
         """``checkpoint_offsets``: open (or, for a cleared task, reuse) the run's offset range.
 
-        It opens at the previous run's end; a full rescan opens it at the topic's earliest offsets.
+        It opens at the end of the previous compacted range, and refuses while a run sealed a newer
+        range that its compact_cdc never finished (naming it; see ``state_store.open_range``). A
+        full rescan opens it at the topic's earliest offsets.
         """
         partitions = kafka_offsets.list_partitions(self.bootstrap, self.table.topic)
         earliest = kafka_offsets.earliest_offsets(self.bootstrap, self.table.topic, partitions) if full_rescan else None
@@ -144,7 +146,10 @@ class TableRun:
             )
 
     def seal(self, *, timeout: float = 300.0, watermark_topic: str | None = None) -> state_store.OffsetRange:
-        """``seal_offsets``: record the snapshot, then seal the range at a watermark committed after it."""
+        """``seal_offsets``: record the snapshot, then seal the range at a watermark committed after it.
+
+        A snapshot taken again after the seal gets the range sealed again (see ``sealing.seal_offsets``).
+        """
         metadata = storage.read_metadata(self.lake.snapshot, self.version)
         if metadata is None:
             raise PipelineError(
@@ -276,6 +281,9 @@ class TableRun:
         for cached in (tagged, marked, decoded):
             cached.unpersist()
         self._forget_inputs()
+        if self.settings.state_dsn:  # the next run opens after this range only once it is in the lake
+            with self.state() as conn:
+                state_store.record_compaction(conn, self.run_id, name, (starting, ending))
         return summary
 
     def _write(self, df: DataFrame, path: Any, what: str) -> None:

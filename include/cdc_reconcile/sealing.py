@@ -9,7 +9,10 @@ source snapshot (``seal_offsets``):
    every transaction the snapshot saw, so Debezium has by then handed all of them to Kafka;
 3. ``end_offsets`` then reads the data topic's end offsets, waiting until its last stable offset
    has caught up (see there: Kafka makes a transaction visible partition by partition);
-4. ``state_store.seal_range`` records them.
+4. ``state_store.seal_range`` records them, with the watermark's transaction id.
+
+A snapshot taken again after the seal sees the watermark's transaction; the range then lacks
+changes the snapshot saw, so ``seal_offsets`` seals it again (see there).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from psycopg import sql
 
 from .errors import InputError, UnreachableError
 from .kafka_offsets import kafka_error, list_offsets, new_admin, new_consumer, topic_partitions
-from .state_store import OffsetRange, RangeNotOpen, get_range, get_snapshot, seal_range
+from .range_continuity import later_run_opened
+from .state_store import OffsetRange, RangeNotOpen, get_range, get_snapshot, runs_opened_after, seal_range
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +227,18 @@ def _visible_in(txid: int, snapshot: Mapping[str, Any]) -> bool:
     return txid < snapshot["xmin"] or (txid < snapshot["xmax"] and txid not in set(snapshot["xip"]))
 
 
+def seal_predates(offset_range: OffsetRange, snapshot: Mapping[str, Any] | None) -> bool:
+    """Whether the range was sealed before the snapshot was taken, so it may lack changes the snapshot saw.
+
+    The seal's watermark committed before the seal was recorded; a snapshot in which the watermark's
+    transaction is visible was taken after it. False when that cannot be told: no snapshot recorded,
+    or a range sealed without its watermark's transaction id (by hand, or before the id was kept).
+    """
+    if not offset_range.sealed or offset_range.watermark_txid is None or snapshot is None:
+        return False
+    return _visible_in(offset_range.watermark_txid, snapshot)
+
+
 def seal_offsets(
     conn: psycopg.Connection,
     *,
@@ -235,22 +251,34 @@ def seal_offsets(
     force: bool = False,
     clock_skew: float = 300.0,
 ) -> OffsetRange:
-    """The ``seal_offsets`` task: watermark, wait, end offsets, seal; a sealed range is returned as is.
+    """The ``seal_offsets`` task: watermark, wait, end offsets, seal.
 
     Checks that the watermark's transaction is not visible in the snapshot recorded for this run
-    and table (it would then prove nothing about that snapshot). ``force`` re-seals a sealed range,
-    for when the snapshot was taken again.
+    and table (it would then prove nothing about that snapshot). A sealed range is returned as is
+    (a cleared seal task keeps its range), unless the recorded snapshot was taken after the seal
+    (``snapshot_source`` cleared and run again): that snapshot saw changes committed after the
+    range's end, so the range is sealed again at a watermark after the new snapshot. The start stays,
+    the end moves on, and compact_cdc, cleared with it, reads the longer range. Keeping the old range
+    would report those changes as missing or stale rows; refusing would leave the run no way to
+    check the new snapshot. Once a later run opened its range at this end, growing it would overlap
+    that range, so then this refuses with ``LaterRunOpened``. ``force`` re-seals whatever the snapshot.
     """
     current = get_range(conn, run_id, table)
     if current is None:
         raise RangeNotOpen(f"run {run_id!r} has no offset range for {table!r}; run checkpoint_offsets first")
+    snapshot = get_snapshot(conn, run_id, table)
     if current.sealed and not force:
-        log.info("run %s, table %s: already sealed, keeping %s", run_id, table, current.end)
-        return current
+        if not seal_predates(current, snapshot):
+            log.info("run %s, table %s: already sealed, keeping %s", run_id, table, current.end)
+            return current
+        later = runs_opened_after(conn, run_id, table)
+        if later:
+            raise later_run_opened(run_id, table, later)
+        log.warning("run %s, table %s: the snapshot was taken after the seal; sealing again", run_id, table)
+        force = True
     deadline = time.monotonic() + timeout
     since_ms = int((time.time() - clock_skew) * 1000)
     watermark_id, txid = write_watermark(conn, run_id, watermark_table)
-    snapshot = get_snapshot(conn, run_id, table)
     if snapshot is None:
         log.warning("run %s, table %s: no snapshot recorded; sealing without checking the order", run_id, table)
     elif _visible_in(txid, snapshot):
@@ -261,7 +289,7 @@ def seal_offsets(
         )
     wait_for_watermark(bootstrap, watermark_topic, watermark_id, timeout=timeout, since_ms=since_ms)
     ends = end_offsets(bootstrap, current.topic, current.partitions, timeout=max(deadline - time.monotonic(), 5.0))
-    return seal_range(conn, run_id, table, ends, watermark_id, force=force)
+    return seal_range(conn, run_id, table, ends, watermark_id, watermark_txid=txid, force=force)
 
 
 __all__ = [
@@ -269,6 +297,7 @@ __all__ = [
     "WatermarkBeforeSnapshot",
     "end_offsets",
     "seal_offsets",
+    "seal_predates",
     "wait_for_watermark",
     "write_watermark",
 ]

@@ -1,16 +1,17 @@
 """The pipeline's state in PostgreSQL: the connection, the schema, each run's offset range and snapshot.
 
-A run's offset range per table and partition is half-open, ``[start, end)``: opened at the previous
-run's sealed end (``open_range``), sealed once the watermark proved delivery (``seal_range``, driven
-by :mod:`cdc_reconcile.sealing`). Everything is keyed by DAG run id, so a cleared task gets the range
-it had before, never a new one.
+A run's offset range per table and partition is half-open, ``[start, end)``: opened at the end of
+the previous run's compacted range (``open_range``), sealed once the watermark proved delivery
+(``seal_range``, driven by :mod:`cdc_reconcile.sealing`), marked compacted when ``compact_cdc``
+finished with it (``record_compaction``). Everything is keyed by DAG run id, so a cleared task gets
+the range it had before, never a new one.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -20,6 +21,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from .errors import InputError, UnreachableError
+from .range_continuity import SealedPart, later_run_opened, next_starts, not_compacted
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +57,16 @@ class OffsetRange:
     watermark_id: int | None = None
     opened_at: datetime | None = None
     sealed_at: datetime | None = None
+    watermark_txid: int | None = None
+    compacted_at: datetime | None = None
 
     @property
     def sealed(self) -> bool:
         return self.end is not None
+
+    @property
+    def compacted(self) -> bool:
+        return self.compacted_at is not None
 
     @property
     def partitions(self) -> list[int]:
@@ -122,8 +130,10 @@ def state_schema_missing(exc: psycopg.errors.UndefinedTable) -> StateSchemaMissi
     )
 
 
-def _advisory_key(*parts: str) -> str:
-    return "\x1f".join(("cdc_reconcile.offset_ranges", *parts))
+def _lock_table(conn: psycopg.Connection, table: str) -> None:
+    """Serialise, until the transaction ends, what decides where ranges of ``table`` start and end."""
+    key = "\x1f".join(("cdc_reconcile.offset_ranges", table))
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
 
 
 def _ensure_run(conn: psycopg.Connection, run_id: str) -> None:
@@ -155,15 +165,21 @@ def open_range(
     *,
     start_offsets: Mapping[int, int] | None = None,
 ) -> dict[int, int]:
-    """Open this run's range at the previous run's sealed end offsets; return the start per partition.
+    """Open this run's range at the end of the previous compacted range; return the start per partition.
 
     ``start_offsets`` (a full rescan: the topic's earliest offsets) replaces the previous ends.
 
-    The previous end is, per partition, the end of the most recently sealed range of another run for
-    the same table and topic (0 when there is none). If this run already opened a range for the
-    table, that range is returned unchanged, whatever has been sealed since: a cleared task must
-    read the same offsets again. A transaction-scoped advisory lock on (run, table) makes concurrent
-    openers take turns, and the primary key backs it up.
+    The previous end is, per partition, that of the newest range of another run for the same table
+    and topic that ``compact_cdc`` finished (0 when there is none). A run that sealed a range after
+    it and never finished compacting makes this refuse with ``RangeNotCompacted``, naming that run,
+    rather than open past its range (a hole) or over it: its partial datasets (events, changelog) are
+    history to every later run, so its offsets read again would count as redeliveries, and clearing
+    it later would compact them twice. So every offset lands in exactly one compacted range, through
+    the failed run's own compact_cdc, cleared. A full rescan reads the whole topic, so it opens anyway.
+
+    If this run already opened a range for the table, that range is returned unchanged, whatever has
+    been sealed since: a cleared task must read the same offsets again. A transaction-scoped advisory
+    lock on the table makes concurrent openers (and a re-seal) take turns; the primary key backs it up.
     """
     wanted = sorted({int(p) for p in partitions})
     if not wanted:
@@ -172,7 +188,7 @@ def open_range(
         raise ValueError(f"open_range: partitions must be >= 0, got {wanted}")
     try:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_advisory_key(run_id, table),))
+            _lock_table(conn, table)
             existing = conn.execute(
                 "SELECT partition, start_offset, topic FROM cdc_reconcile.offset_ranges "
                 "WHERE run_id = %s AND table_name = %s ORDER BY partition",
@@ -193,23 +209,18 @@ def open_range(
                         wanted,
                     )
                 return stored
-            previous = dict(
-                conn.execute(
-                    "SELECT DISTINCT ON (partition) partition, end_offset FROM cdc_reconcile.offset_ranges "
-                    "WHERE table_name = %s AND topic = %s AND run_id <> %s AND sealed_at IS NOT NULL "
-                    "AND partition = ANY(%s) "
-                    "ORDER BY partition, sealed_at DESC, end_offset DESC",
-                    (table, topic, run_id, wanted),
-                ).fetchall()
-            )
-            starts = {p: int(previous.get(p, 0)) for p in wanted}
+            starts, blocking = next_starts(_sealed_parts(conn, run_id, table, topic, wanted), wanted)
             if start_offsets is not None:
+                if blocking:
+                    log.info("run %s, table %s: full rescan over uncompacted runs %s", run_id, table, blocking)
                 starts = {p: int(start_offsets.get(p, 0)) for p in wanted}
+            elif blocking:
+                raise not_compacted(table, topic, blocking)
             _ensure_run(conn, run_id)
             with conn.cursor() as cur:
                 cur.executemany(
-                    "INSERT INTO cdc_reconcile.offset_ranges (run_id, table_name, topic, partition, start_offset) "
-                    "VALUES (%s, %s, %s, %s, %s)",
+                    "INSERT INTO cdc_reconcile.offset_ranges (run_id, table_name, topic, partition, start_offset, "
+                    "opened_at) VALUES (%s, %s, %s, %s, %s, clock_timestamp())",
                     [(run_id, table, topic, p, starts[p]) for p in wanted],
                 )
     except psycopg.errors.UndefinedTable as exc:
@@ -218,20 +229,44 @@ def open_range(
     return starts
 
 
+def _sealed_parts(
+    conn: psycopg.Connection, run_id: str, table: str, topic: str, partitions: list[int]
+) -> list[SealedPart]:
+    """Other runs' sealed ranges per partition, from the newest compacted one on."""
+    rows = conn.execute(
+        "SELECT r.run_id, r.partition, r.end_offset, r.sealed_at, r.compacted_at IS NOT NULL "
+        "FROM cdc_reconcile.offset_ranges r "
+        "WHERE r.table_name = %(table)s AND r.topic = %(topic)s AND r.run_id <> %(run)s "
+        "AND r.partition = ANY(%(partitions)s) AND r.sealed_at >= coalesce(("
+        "  SELECT max(c.sealed_at) FROM cdc_reconcile.offset_ranges c WHERE c.table_name = r.table_name "
+        "  AND c.topic = r.topic AND c.partition = r.partition AND c.run_id <> %(run)s AND c.compacted_at IS NOT NULL"
+        "), '-infinity')",
+        {"table": table, "topic": topic, "run": run_id, "partitions": partitions},
+    ).fetchall()
+    return [SealedPart(*row) for row in rows]
+
+
+_RANGE_COLUMNS = (
+    "SELECT topic, partition, start_offset, end_offset, watermark_id, opened_at, sealed_at, watermark_txid, "
+    "compacted_at FROM cdc_reconcile.offset_ranges WHERE run_id = %s AND table_name = %s ORDER BY partition"
+)
+
+
 def get_range(conn: psycopg.Connection, run_id: str, table: str) -> OffsetRange | None:
     """This run's range for ``table``, or None if ``open_range`` never ran for it."""
     try:
         with conn.transaction():
-            rows = conn.execute(
-                "SELECT topic, partition, start_offset, end_offset, watermark_id, opened_at, sealed_at "
-                "FROM cdc_reconcile.offset_ranges WHERE run_id = %s AND table_name = %s ORDER BY partition",
-                (run_id, table),
-            ).fetchall()
+            rows = conn.execute(_RANGE_COLUMNS, (run_id, table)).fetchall()
     except psycopg.errors.UndefinedTable as exc:
         raise state_schema_missing(exc) from exc
+    return _range_of(run_id, table, rows)
+
+
+def _range_of(run_id: str, table: str, rows: Sequence[tuple[Any, ...]]) -> OffsetRange | None:
     if not rows:
         return None
     sealed = all(row[3] is not None for row in rows)
+    compacted = sealed and all(row[8] is not None for row in rows)
     return OffsetRange(
         run_id=run_id,
         table_name=table,
@@ -241,6 +276,8 @@ def get_range(conn: psycopg.Connection, run_id: str, table: str) -> OffsetRange 
         watermark_id=rows[0][4] if sealed else None,
         opened_at=min(row[5] for row in rows),
         sealed_at=max(row[6] for row in rows) if sealed else None,
+        watermark_txid=rows[0][7] if sealed else None,
+        compacted_at=max(row[8] for row in rows) if compacted else None,
     )
 
 
@@ -251,16 +288,22 @@ def seal_range(
     end_offsets: Mapping[int, int],
     watermark_id: int | None,
     *,
+    watermark_txid: int | None = None,
     force: bool = False,
 ) -> OffsetRange:
     """Record this run's end offsets (exclusive) for every partition of its range, atomically.
 
-    Sealing again with the same ends and watermark is a no-op; other values raise ``RangeConflict``
-    unless ``force`` (for a deliberate re-seal after a new snapshot).
+    ``watermark_txid``, the watermark's 64-bit transaction id, tells later whether a snapshot was
+    taken after the seal (it then sees that transaction). Sealing again with the same ends and
+    watermark is a no-op; other values raise ``RangeConflict`` unless ``force`` (a re-seal after the
+    snapshot was taken again). A re-seal clears the range's compaction mark, since compact_cdc must
+    read the new range, and raises ``LaterRunOpened`` once another run opened a range after the
+    seal: the two ranges would overlap.
     """
     ends = {int(p): int(o) for p, o in end_offsets.items()}
     try:
         with conn.transaction():
+            _lock_table(conn, table)
             rows = conn.execute(
                 "SELECT partition, start_offset, end_offset, watermark_id FROM cdc_reconcile.offset_ranges "
                 "WHERE run_id = %s AND table_name = %s ORDER BY partition FOR UPDATE",
@@ -292,18 +335,72 @@ def seal_range(
                         f"{stored_watermark}); refusing to re-seal at {ends} (watermark {watermark_id}). "
                         "Pass force=True only if this run's snapshot was taken again"
                     )
+                later = runs_opened_after(conn, run_id, table)
+                if later:
+                    raise later_run_opened(run_id, table, later)
                 log.warning("run %s, table %s: re-sealing %s -> %s", run_id, table, stored_ends, ends)
             with conn.cursor() as cur:
                 cur.executemany(
-                    "UPDATE cdc_reconcile.offset_ranges SET end_offset = %s, watermark_id = %s, sealed_at = now() "
+                    "UPDATE cdc_reconcile.offset_ranges SET end_offset = %s, watermark_id = %s, watermark_txid = %s, "
+                    "sealed_at = clock_timestamp(), compacted_at = NULL "
                     "WHERE run_id = %s AND table_name = %s AND partition = %s",
-                    [(ends[p], watermark_id, run_id, table, p) for p in sorted(ends)],
+                    [(ends[p], watermark_id, watermark_txid, run_id, table, p) for p in sorted(ends)],
                 )
             sealed = _range_in(conn, run_id, table)
     except psycopg.errors.UndefinedTable as exc:
         raise state_schema_missing(exc) from exc
     log.info("run %s, table %s: sealed %s at %s (watermark %s)", run_id, table, sealed.topic, ends, watermark_id)
     return sealed
+
+
+def runs_opened_after(conn: psycopg.Connection, run_id: str, table: str) -> list[str]:
+    """Other runs that opened a range of the same table and topic after this run's range was sealed."""
+    try:
+        with conn.transaction():
+            rows = conn.execute(
+                "WITH this AS (SELECT topic, max(sealed_at) AS sealed_at FROM cdc_reconcile.offset_ranges "
+                "WHERE run_id = %(run)s AND table_name = %(table)s GROUP BY topic) "
+                "SELECT o.run_id FROM cdc_reconcile.offset_ranges o JOIN this ON o.topic = this.topic "
+                "WHERE o.table_name = %(table)s AND o.run_id <> %(run)s AND o.opened_at > this.sealed_at "
+                "GROUP BY o.run_id ORDER BY min(o.opened_at), o.run_id",
+                {"run": run_id, "table": table},
+            ).fetchall()
+    except psycopg.errors.UndefinedTable as exc:
+        raise state_schema_missing(exc) from exc
+    return [row[0] for row in rows]
+
+
+def record_compaction(conn: psycopg.Connection, run_id: str, table: str, offsets: tuple[str, str]) -> bool:
+    """Mark this run's sealed range compacted, if ``offsets`` (Spark offset JSON) are exactly that range.
+
+    ``open_range`` continues only after compacted ranges. Offsets other than the sealed range (given
+    by hand, or read before a re-seal) mark nothing: the sealed range's changes are not in the lake.
+    Returns whether the range was marked.
+    """
+    try:
+        with conn.transaction():
+            rows = conn.execute(f"{_RANGE_COLUMNS} FOR UPDATE", (run_id, table)).fetchall()
+            current = _range_of(run_id, table, rows)
+            if current is None or not current.sealed:
+                log.info("run %s, table %s: no sealed range to mark compacted", run_id, table)
+                return False
+            if [json.loads(text) for text in current.as_spark_json()] != [json.loads(text) for text in offsets]:
+                log.warning(
+                    "run %s, table %s: compacted %s, not the sealed range %s; the range stays uncompacted",
+                    run_id,
+                    table,
+                    offsets,
+                    current.as_spark_json(),
+                )
+                return False
+            conn.execute(
+                "UPDATE cdc_reconcile.offset_ranges SET compacted_at = now() WHERE run_id = %s AND table_name = %s",
+                (run_id, table),
+            )
+    except psycopg.errors.UndefinedTable as exc:
+        raise state_schema_missing(exc) from exc
+    log.info("run %s, table %s: range compacted", run_id, table)
+    return True
 
 
 def _range_in(conn: psycopg.Connection, run_id: str, table: str) -> OffsetRange:
@@ -416,7 +513,9 @@ __all__ = [
     "get_range",
     "get_snapshot",
     "open_range",
+    "record_compaction",
     "record_snapshot",
+    "runs_opened_after",
     "seal_range",
     "set_run_status",
     "snapshot_fields",

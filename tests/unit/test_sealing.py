@@ -10,6 +10,7 @@ import pytest
 
 from cdc_reconcile import kafka_offsets, sealing
 from cdc_reconcile.errors import InputError, UnreachableError
+from cdc_reconcile.state_store import OffsetRange
 
 
 def closed_port() -> int:
@@ -47,6 +48,21 @@ def test_a_transaction_is_visible_only_if_it_finished_before_the_snapshot():
     assert not sealing._visible_in(105, snapshot)
     assert not sealing._visible_in(120, snapshot)
     assert not sealing._visible_in(500, snapshot)
+
+
+def test_a_snapshot_that_sees_the_seal_watermark_was_taken_after_the_seal():
+    snapshot = {"xmin": 100, "xmax": 120, "xip": [105]}
+
+    def sealed(watermark_txid: int | None) -> OffsetRange:
+        return OffsetRange("run", "public.t", "t", {0: 0}, {0: 9}, watermark_id=3, watermark_txid=watermark_txid)
+
+    assert sealing.seal_predates(sealed(99), snapshot)
+    assert not sealing.seal_predates(sealed(105), snapshot)
+    assert not sealing.seal_predates(sealed(130), snapshot)
+    # cannot be told: no snapshot, a range not sealed, or sealed without the watermark's transaction
+    assert not sealing.seal_predates(sealed(99), None)
+    assert not sealing.seal_predates(OffsetRange("run", "public.t", "t", {0: 0}), snapshot)
+    assert not sealing.seal_predates(sealed(None), snapshot)
 
 
 def test_error_kinds():

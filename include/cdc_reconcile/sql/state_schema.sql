@@ -26,12 +26,30 @@ CREATE TABLE IF NOT EXISTS cdc_reconcile.offset_ranges (
     opened_at     timestamptz NOT NULL DEFAULT now(),
     sealed_at     timestamptz,
     watermark_id  bigint,
+    watermark_txid bigint,
+    compacted_at  timestamptz,
     PRIMARY KEY (run_id, table_name, partition),
     CHECK (end_offset IS NULL OR end_offset >= start_offset),
-    CHECK ((end_offset IS NULL) = (sealed_at IS NULL))
+    CHECK ((end_offset IS NULL) = (sealed_at IS NULL)),
+    CHECK (compacted_at IS NULL OR sealed_at IS NOT NULL)
 );
+-- Migration: ranges once recorded neither the watermark's transaction (which proves the seal came
+-- after the snapshot) nor when compact_cdc finished with them. Ranges sealed before then had already
+-- been opened past by the next run, so they count as compacted: the next run keeps opening after them.
+ALTER TABLE cdc_reconcile.offset_ranges ADD COLUMN IF NOT EXISTS watermark_txid bigint;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'cdc_reconcile'
+                   AND table_name = 'offset_ranges' AND column_name = 'compacted_at') THEN
+        ALTER TABLE cdc_reconcile.offset_ranges ADD COLUMN compacted_at timestamptz;
+        UPDATE cdc_reconcile.offset_ranges SET compacted_at = sealed_at WHERE sealed_at IS NOT NULL;
+        ALTER TABLE cdc_reconcile.offset_ranges
+            ADD CONSTRAINT offset_ranges_compacted_after_seal CHECK (compacted_at IS NULL OR sealed_at IS NOT NULL);
+    END IF;
+END
+$$;
 
--- The next run opens at the latest sealed end per table and partition.
+-- The next run opens at the latest compacted end per table and partition.
 CREATE INDEX IF NOT EXISTS offset_ranges_latest_sealed
     ON cdc_reconcile.offset_ranges (table_name, topic, partition, sealed_at DESC)
     WHERE sealed_at IS NOT NULL;
