@@ -14,8 +14,11 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from psycopg.conninfo import make_conninfo
 
+from cdc_dev.stack.postgres import SUPERUSER
 from cdc_reconcile import kafka_offsets, sealing, state_store
+from cdc_reconcile.range_continuity import LaterRunOpened, RangeNotCompacted
 from tests.support.kafka import consumer_end_offsets, read_range
 from tests.support.polling import eventually
 
@@ -57,6 +60,12 @@ def customers_partitions(config, pg) -> list[int]:
     )
 
 
+def compacted(state: psycopg.Connection, run: str, table: str) -> None:
+    """What compact_cdc records once it finished with the run's sealed range."""
+    offsets = state_store.get_range(state, run, table).as_spark_json()
+    assert state_store.record_compaction(state, run, table, offsets)
+
+
 def _partitions_or_none(bootstrap: str, topic: str) -> list[int] | None:
     try:
         return kafka_offsets.list_partitions(bootstrap, topic, timeout=5)
@@ -79,18 +88,20 @@ def test_state_schema_is_idempotent(state):
     assert {"offset_ranges", "runs", "snapshots", "expectation_results", "repair_audit"} <= tables
 
 
-def test_first_run_opens_at_zero_and_next_run_at_previous_sealed_end(state):
+def test_first_run_opens_at_zero_and_next_run_at_previous_compacted_end(state):
     table, topic = unique("public.t"), "cdc.public.customers"
     first, second, third = unique("run"), unique("run"), unique("run")
 
     assert state_store.open_range(state, first, table, topic, [0, 1]) == {0: 0, 1: 0}
     assert state_store.get_range(state, first, table).sealed is False
     state_store.seal_range(state, first, table, {0: 10, 1: 7}, watermark_id=1)
+    compacted(state, first, table)
 
     assert state_store.open_range(state, second, table, topic, [1, 0]) == {0: 10, 1: 7}
-    # An unsealed run does not move the next run's start: it opens at the last *sealed* end.
+    # An unsealed run does not move the next run's start: it opens at the last compacted end.
     assert state_store.open_range(state, third, table, topic, [0, 1]) == {0: 10, 1: 7}
     state_store.seal_range(state, second, table, {0: 15, 1: 7}, watermark_id=2)
+    compacted(state, second, table)
     assert state_store.open_range(state, unique("run"), table, topic, [0, 1, 2]) == {0: 15, 1: 7, 2: 0}
 
     # Another topic for the same table (a changed prefix) does not inherit offsets.
@@ -105,6 +116,7 @@ def test_reopening_the_same_run_returns_its_stored_range(state):
     earlier, run, later = unique("run"), unique("run"), unique("run")
     state_store.open_range(state, earlier, table, topic, [0])
     state_store.seal_range(state, earlier, table, {0: 40}, watermark_id=1)
+    compacted(state, earlier, table)
 
     opened = state_store.open_range(state, run, table, topic, [0])
     assert opened == {0: 40}
@@ -137,11 +149,102 @@ def test_seal_is_idempotent_and_refuses_other_values(state):
     assert state_store.get_range(state, run, table).end == {0: 5, 1: 3}
     resealed = state_store.seal_range(state, run, table, {0: 6, 1: 3}, watermark_id=8, force=True)
     assert (resealed.end, resealed.watermark_id) == ({0: 6, 1: 3}, 8)
+    compacted(state, run, table)
 
     later = unique("run")
     state_store.open_range(state, later, table, topic, [0, 1])
     with pytest.raises(ValueError, match="below start"):
         state_store.seal_range(state, later, table, {0: 2, 1: 3}, watermark_id=9)
+
+
+def test_a_range_never_compacted_stops_the_next_run_until_its_compaction_finishes(state):
+    table, topic = unique("public.t"), "cdc.public.customers"
+    done, failed, following = unique("run"), unique("run"), unique("run")
+    state_store.open_range(state, done, table, topic, [0, 1])
+    state_store.seal_range(state, done, table, {0: 10, 1: 4}, watermark_id=1)
+    compacted(state, done, table)
+    assert state_store.open_range(state, failed, table, topic, [0, 1]) == {0: 10, 1: 4}
+    state_store.seal_range(state, failed, table, {0: 25, 1: 9}, watermark_id=2)
+
+    with pytest.raises(RangeNotCompacted, match=re.escape(repr(failed))) as refused:
+        state_store.open_range(state, following, table, topic, [0, 1])
+    assert "compact_cdc" in str(refused.value) and "full rescan" in str(refused.value)
+    assert state_store.get_range(state, following, table) is None
+    # a full rescan reads the whole topic, so it opens anyway
+    rescan = unique("run")
+    assert state_store.open_range(state, rescan, table, topic, [0, 1], start_offsets={0: 2, 1: 0}) == {0: 2, 1: 0}
+
+    # offsets other than the sealed range (given by hand) do not make it compacted
+    by_hand = (json.dumps({topic: {"0": 10, "1": 4}}), json.dumps({topic: {"0": 12, "1": 4}}))
+    assert not state_store.record_compaction(state, failed, table, by_hand)
+    assert not state_store.get_range(state, failed, table).compacted
+    compacted(state, failed, table)
+    assert state_store.open_range(state, following, table, topic, [0, 1]) == {0: 25, 1: 9}
+
+
+def test_a_re_seal_clears_the_compaction_and_never_overlaps_a_later_run(state):
+    table, topic = unique("public.t"), "cdc.public.customers"
+    run, later = unique("run"), unique("run")
+    state_store.open_range(state, run, table, topic, [0])
+    state_store.seal_range(state, run, table, {0: 10}, watermark_id=1, watermark_txid=501)
+    compacted(state, run, table)
+    assert state_store.get_range(state, run, table).watermark_txid == 501
+
+    resealed = state_store.seal_range(state, run, table, {0: 14}, watermark_id=2, watermark_txid=502, force=True)
+    assert (resealed.end, resealed.watermark_txid, resealed.compacted) == ({0: 14}, 502, False)
+    compacted(state, run, table)
+    assert state_store.runs_opened_after(state, run, table) == []
+    assert state_store.open_range(state, later, table, topic, [0]) == {0: 14}
+    assert state_store.runs_opened_after(state, run, table) == [later]
+    with pytest.raises(LaterRunOpened, match=re.escape(repr(later))):
+        state_store.seal_range(state, run, table, {0: 20}, watermark_id=3, watermark_txid=503, force=True)
+    assert state_store.get_range(state, run, table).end == {0: 14}
+
+
+def test_the_migration_counts_ranges_sealed_before_it_as_compacted(config):
+    """A state database of the previous schema: its sealed ranges keep being opened after."""
+    database = unique("migration").replace("-", "_")
+    superuser = f"host={config.host} port={config.pg_port} dbname=postgres user={SUPERUSER}"
+    with psycopg.connect(superuser, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database} OWNER {config.pg_user}")
+    try:
+        with state_store.connect(make_conninfo(config.pg_dsn, dbname=database)) as conn:
+            conn.execute(PREVIOUS_OFFSET_RANGES)
+            conn.execute(
+                "INSERT INTO cdc_reconcile.offset_ranges (run_id, table_name, topic, partition, start_offset, "
+                "end_offset, sealed_at) VALUES ('old', 'public.t', 'cdc.public.t', 0, 0, 12, now()), "
+                "('open', 'public.t', 'cdc.public.t', 1, 0, NULL, NULL)"
+            )
+            state_store.ensure_state_schema(conn)
+            state_store.ensure_state_schema(conn)
+            rows = conn.execute(
+                "SELECT run_id, compacted_at = sealed_at, watermark_txid FROM cdc_reconcile.offset_ranges "
+                "ORDER BY run_id"
+            ).fetchall()
+            assert rows == [("old", True, None), ("open", None, None)]
+            assert state_store.open_range(conn, "next", "public.t", "cdc.public.t", [0]) == {0: 12}
+    finally:
+        with psycopg.connect(superuser, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {database} WITH (FORCE)")
+
+
+PREVIOUS_OFFSET_RANGES = """
+CREATE SCHEMA cdc_reconcile;
+CREATE TABLE cdc_reconcile.offset_ranges (
+    run_id        text        NOT NULL,
+    table_name    text        NOT NULL,
+    topic         text        NOT NULL,
+    partition     integer     NOT NULL CHECK (partition >= 0),
+    start_offset  bigint      NOT NULL CHECK (start_offset >= 0),
+    end_offset    bigint,
+    opened_at     timestamptz NOT NULL DEFAULT now(),
+    sealed_at     timestamptz,
+    watermark_id  bigint,
+    PRIMARY KEY (run_id, table_name, partition),
+    CHECK (end_offset IS NULL OR end_offset >= start_offset),
+    CHECK ((end_offset IS NULL) = (sealed_at IS NULL))
+);
+"""
 
 
 def test_range_as_spark_offsets_json(state):
@@ -161,6 +264,7 @@ def test_concurrent_open_range_creates_one_range(config, state):
     previous = unique("run")
     state_store.open_range(state, previous, table, topic, [0, 1, 2])
     state_store.seal_range(state, previous, table, {0: 3, 1: 5, 2: 8}, watermark_id=1)
+    compacted(state, previous, table)
     threads = 4
 
     for _ in range(3):
@@ -254,6 +358,7 @@ def test_sealed_range_holds_every_inserted_row(config, state, pg):
     previous = unique("run")
     state_store.open_range(state, previous, table, topic, partitions)
     state_store.seal_range(state, previous, table, sealing.end_offsets(bootstrap, topic, partitions, timeout=60), None)
+    compacted(state, previous, table)
 
     run, marker = unique("run"), unique("burst")
     start = state_store.open_range(state, run, table, topic, partitions)
@@ -289,6 +394,7 @@ def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, 
         bootstrap=bootstrap, table=table, watermark_table=WATERMARK_TABLE, watermark_topic=watermark_topic, timeout=120
     )
     sealing.seal_offsets(state, run_id=previous, **seal)
+    compacted(state, previous, table)
 
     run, marker = unique("run"), unique("writer")
     start = state_store.open_range(state, run, table, topic, partitions)
