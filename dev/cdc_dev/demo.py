@@ -30,6 +30,7 @@ from cdc_reconcile.phase import Phase
 
 from .loader import run_loader
 from .stack import Stack, StackConfig, StackError
+from .stack.process import wait_until
 from .stack.topics import read_topic
 
 DAG_ID = "cdc_reconciliation"
@@ -64,16 +65,6 @@ def _snapshot_rounds(config: StackConfig) -> dict[int, set[str]]:
     return rounds
 
 
-def _wait(condition, *, timeout: float, what: str, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise StackError(f"{what}: not reached within {timeout:.0f}s")
-
-
 def inject_snapshot_rerun(stack: Stack, rows: int) -> dict[str, Any]:
     """Load ``rows`` rows, start the connector, and kill its worker in the middle of the snapshot."""
     config = stack.config
@@ -98,7 +89,7 @@ def inject_snapshot_rerun(stack: Stack, rows: int) -> dict[str, Any]:
             return 0
         return sum(ends.values()) >= rows // 10
 
-    _wait(under_way, timeout=300, what="the initial snapshot under way", interval=0.1)
+    wait_until(under_way, timeout=300, what="the initial snapshot under way", interval=0.1)
     stack.connect.kill()
     print("   Connect worker killed (kill -9) during the initial snapshot; restarting it")
     stack.connect.start()
@@ -108,7 +99,7 @@ def inject_snapshot_rerun(stack: Stack, rows: int) -> dict[str, Any]:
         rounds = _snapshot_rounds(config)
         return rounds if len(rounds) >= 2 and max(len(keys) for keys in rounds.values()) >= rows else None
 
-    rounds = _wait(second_round_done, timeout=900, what="the repeated snapshot", interval=2)
+    rounds = wait_until(second_round_done, timeout=900, what="the repeated snapshot", interval=2)
     seen: set[str] = set()
     read_again = 0
     for txid in sorted(rounds):
@@ -192,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = run_loader(config.pg_dsn, rate=args.rate, duration=args.duration, seed=int(time.time()))
         print(f"   {stats.summary()}")
         api = AirflowApi(config)
-        _wait(lambda: _dag_parsed(api), timeout=300, what=f"DAG {DAG_ID} parsed by Airflow", interval=2)
+        wait_until(lambda: _dag_parsed(api), timeout=300, what=f"DAG {DAG_ID} parsed by Airflow", interval=2)
         print(f"== one run of {DAG_ID} for {TABLE}, triggered through the REST API")
         run_started = time.monotonic()
         run_id = api.trigger({"tables": [TABLE]})

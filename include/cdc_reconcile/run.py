@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from . import kafka_offsets, run_state, sealing, state_store, storage
-from .config import PipelineConfig, TableConfig, default_config
+from .config import PipelineConfig, TableConfig, load_config
 from .debezium.pgtypes import DecodeOptions
 from .errors import InputError
 from .lake import (
@@ -74,7 +74,7 @@ class RunSettings:
     source: SourceDatabase | None = None
     gx_root: str | None = None
     decode_options: DecodeOptions = field(default_factory=DecodeOptions)
-    pipeline: PipelineConfig = field(default_factory=default_config)
+    pipeline: PipelineConfig = field(default_factory=load_config)
 
     @staticmethod
     def require(value: Any, what: str) -> Any:
@@ -92,7 +92,6 @@ class _Inputs:
     source: DataFrame
     previous: DataFrame | None
     history: DataFrame | None
-    full_rescan: bool
 
 
 class TableRun:
@@ -122,9 +121,7 @@ class TableRun:
     @contextlib.contextmanager
     def state(self) -> Iterator[Any]:
         """A connection to the state database, its schema ensured."""
-        dsn = self.settings.require(self.settings.state_dsn, "the state database (--state-dsn)")
-        with state_store.connect(dsn) as conn:
-            state_store.ensure_state_schema(conn)
+        with state_store.open_state(self.settings.require(self.settings.state_dsn, "the state database")) as conn:
             yield conn
 
     @property
@@ -319,7 +316,6 @@ class TableRun:
             source=source_rows(self.spark, self.lake, self.run_id),
             previous=previous,
             history=history(self.spark, self.lake.changelog, self.run_id, HISTORY_COLUMNS, full_rescan=full_rescan),
-            full_rescan=full_rescan,
         )
 
     def _forget_inputs(self) -> None:

@@ -9,9 +9,10 @@ the range it had before, never a new one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -108,6 +109,14 @@ def connect(dsn: str, *, connect_timeout: int = 10, autocommit: bool = True) -> 
             "check that PostgreSQL is running (`cdc-stack status` for the embedded stack) and that the "
             "Airflow connection / DSN points at it with the right credentials"
         ) from exc
+
+
+@contextlib.contextmanager
+def open_state(dsn: str) -> Iterator[psycopg.Connection]:
+    """A connection to the state database with its schema ensured, closed after the block."""
+    with connect(dsn) as conn:
+        ensure_state_schema(conn)
+        yield conn
 
 
 def ensure_state_schema(conn: psycopg.Connection) -> None:

@@ -11,8 +11,8 @@ import sys
 from cdc_reconcile import kafka_offsets
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.debezium.pgtypes import DecodeOptions
-from cdc_reconcile.errors import InputError, ReconcileError
-from cdc_reconcile.jobs.job_cli import EXIT_DONE, flag, job_parser, run_job, session, summary_line
+from cdc_reconcile.errors import InputError
+from cdc_reconcile.jobs.job_cli import EXIT_DONE, flag, job_parser, run_job, spark_run, summary_line
 from cdc_reconcile.run import RunSettings, TableRun
 
 PROG = "compact_cdc"
@@ -48,15 +48,10 @@ def main(argv: list[str] | None = None) -> int:
             offsets = run.sealed_range().as_spark_json()
         else:
             raise InputError("give --state-dsn or both --starting-offsets and --ending-offsets")
-        try:  # an unreachable broker gets one line naming it, not Spark's stack trace a minute later
-            kafka_offsets.list_partitions(args.bootstrap_servers, table.topic, timeout=args.kafka_timeout)
-        except ReconcileError as exc:
-            raise type(exc)(f"{table.name}: {exc}") from exc
-        run = TableRun(table, args.run_id, settings, spark=session(f"{PROG}:{table.name}", args))
-        try:
+        # an unreachable broker gets one line naming it, not Spark's stack trace a minute later
+        kafka_offsets.list_partitions(args.bootstrap_servers, table.topic, timeout=args.kafka_timeout)
+        with spark_run(PROG, table, args, settings) as run:
             summary = run.compact(full_rescan=args.full_rescan, offsets=offsets)
-        finally:
-            run.spark.stop()
         print(summary_line(summary))
         return EXIT_DONE
 

@@ -12,14 +12,16 @@ Exit codes (the same for every job; the DAG and the docs rely on them):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..config import load_config, parse_flag
+from ..config import TableConfig, load_config, parse_flag
 from ..errors import InputError, UnreachableError
+from ..run import RunSettings, TableRun
 
 EXIT_DONE = 0
 EXIT_DIFFERENCES = 1
@@ -54,23 +56,31 @@ def flag(parser: argparse.ArgumentParser, name: str, help_text: str) -> None:
 
 
 def run_job(prog: str, args: argparse.Namespace, body: Callable[..., int]) -> int:
-    """Resolve the table, call ``body(table)``, and turn the errors a user can act on into exit codes."""
+    """Resolve the table, call ``body(table)``, and turn the errors a user can act on into exit codes.
+
+    The message names the job and the table, whichever step raised it.
+    """
     try:
         table = load_config(args.tables_config).table(args.table)
         return body(table)
     except UnreachableError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {args.table}: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except InputError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {args.table}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
-def session(app_name: str, args: argparse.Namespace):
-    """The job's SparkSession (``--master`` when not run by spark-submit)."""
+@contextlib.contextmanager
+def spark_run(prog: str, table: TableConfig, args: argparse.Namespace, settings: RunSettings) -> Iterator[TableRun]:
+    """The job's run object on its own SparkSession (``--master`` when not run by spark-submit), stopped after."""
     from ..spark import build_session
 
-    return build_session(app_name, master=args.master)
+    run = TableRun(table, args.run_id, settings, spark=build_session(f"{prog}:{table.name}", master=args.master))
+    try:
+        yield run
+    finally:
+        run.spark.stop()
 
 
 def summary_line(document: Any) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 
 from cdc_reconcile.config import TableConfig
-from cdc_reconcile.jobs.job_cli import EXIT_DIFFERENCES, EXIT_DONE, flag, job_parser, run_job, session, summary_line
-from cdc_reconcile.run import RunSettings, TableRun
+from cdc_reconcile.jobs.job_cli import EXIT_DIFFERENCES, EXIT_DONE, flag, job_parser, run_job, spark_run, summary_line
+from cdc_reconcile.run import RunSettings
 
 PROG = "reconcile"
 
@@ -32,16 +32,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def reconcile(table: TableConfig) -> int:
         settings = RunSettings(lake_root=args.lake_root, state_dsn=args.state_dsn)
-        run = TableRun(table, args.run_id, settings, spark=session(f"{PROG}:{table.name}", args))
-        try:
+        with spark_run(PROG, table, args, settings) as run:
             if args.check_only:
                 report, diff = run.check()
                 diff.unpersist()
                 print(summary_line(report.as_dict()))
                 return EXIT_DONE if report.clean else EXIT_DIFFERENCES
             summary = run.reconcile(dry_run=args.dry_run)
-        finally:
-            run.spark.stop()
         print(summary_line(summary))
         return EXIT_DONE
 

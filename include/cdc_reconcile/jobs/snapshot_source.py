@@ -13,8 +13,8 @@ import sys
 
 from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig
-from cdc_reconcile.jobs.job_cli import EXIT_DONE, job_parser, run_job, session, summary_line
-from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
+from cdc_reconcile.jobs.job_cli import EXIT_DONE, job_parser, run_job, spark_run, summary_line
+from cdc_reconcile.run import RunSettings, SourceDatabase
 from cdc_reconcile.snapshot import DEFAULT_FETCH_SIZE, DEFAULT_PARTITIONS
 
 PROG = "snapshot_source"
@@ -53,15 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     def snapshot(table: TableConfig) -> int:
         source = SourceDatabase(dsn=args.dsn, jdbc_url=args.jdbc_url, user=args.user, password=args.password)
         settings = RunSettings(lake_root=args.lake_root, source=source)
-        run = TableRun(table, args.run_id, settings, spark=session(f"{PROG}[{table.name}]", args))
-        try:
+        with spark_run(PROG, table, args, settings) as run:
             result = run.snapshot(
                 partitions=args.partitions, fetch_size=args.fetch_size, output_files=args.output_files
             )
             if args.keep:
                 storage.prune(run.lake.snapshot, args.keep)
-        finally:
-            run.spark.stop()
         print(summary_line(result.summary()))
         return EXIT_DONE
 

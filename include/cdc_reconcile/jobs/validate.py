@@ -11,9 +11,9 @@ import os
 import sys
 
 from cdc_reconcile.config import TableConfig
-from cdc_reconcile.jobs.job_cli import EXIT_DONE, job_parser, run_job, session, summary_line
+from cdc_reconcile.jobs.job_cli import EXIT_DONE, job_parser, run_job, spark_run, summary_line
 from cdc_reconcile.phase import Phase
-from cdc_reconcile.run import RunSettings, TableRun
+from cdc_reconcile.run import RunSettings
 
 PROG = "validate"
 
@@ -32,11 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = RunSettings(
             lake_root=args.lake_root, state_dsn=args.state_dsn, gx_root=os.path.realpath(args.gx_root)
         )
-        run = TableRun(table, args.run_id, settings, spark=session(f"{PROG}:{table.name}", args))
-        try:
+        with spark_run(PROG, table, args, settings) as run:
             outcome = run.validate(args.phase)
-        finally:
-            run.spark.stop()
         print(summary_line(outcome.as_dict()))
         return EXIT_DONE
 

@@ -150,10 +150,10 @@ def recorded_outcomes(
     table_name: str, run_id: str, phases: Sequence[Phase]
 ) -> tuple[dict[Phase, dict[str, Any]], dict[str, int]]:
     """The suite outcomes the run's validate tasks recorded (a missing one names its task), and the audit."""
-    from .. import run_state
+    from .. import run_state, state_store
 
     found: dict[Phase, dict[str, Any]] = {}
-    with table_run(table_name, run_id).state() as conn:
+    with state_store.open_state(state_dsn()) as conn:
         for phase in phases:
             outcome = run_state.latest_suite_outcome(conn, run_id, table_name, phase)
             if outcome is None:
