@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import names
 from .compaction import ORIGIN_RECONCILE, fold_table, snapshot_resets, without_redeliveries
 from .debezium.pgtypes import TableSpec
 from .visibility import PgSnapshot, visible_in_snapshot
@@ -29,7 +30,7 @@ SEPARATOR = "\u001f"
 
 
 def _canonical(column: str, data_type: T.DataType) -> Column:
-    col = F.col(f"`{column}`")
+    col = names.column(column)
     if isinstance(data_type, T.BinaryType):
         text = F.hex(col)
     elif isinstance(data_type, T.StringType):
@@ -75,15 +76,15 @@ def lake_as_of(
 def conform(df: DataFrame, reference: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Cast ``df``'s columns to the reference's types so both sides hash the same representation."""
     types = {f.name: f.dataType for f in reference.schema.fields}
-    return df.select(*(F.col(f"`{c}`").cast(types[c]).alias(c) for c in columns))
+    return df.select(*(names.column(c).cast(types[c]).alias(c) for c in columns))
 
 
 def diff_rows(lake: DataFrame, source: DataFrame, key: Sequence[str], columns: Sequence[str]) -> DataFrame:
     """One row per differing key: key columns, ``kind``, ``lake_hash``, ``source_hash``."""
     lake_side = conform(lake, source, columns)
-    source_side = source.select(*columns)
-    left = lake_side.select(*key, row_hash(lake_side, columns).alias("lake_hash"))
-    right = source_side.select(*key, row_hash(source_side, columns).alias("source_hash"))
+    source_side = source.select(*names.columns(columns))
+    left = lake_side.select(*names.columns(key), row_hash(lake_side, columns).alias("lake_hash"))
+    right = source_side.select(*names.columns(key), row_hash(source_side, columns).alias("source_hash"))
     joined = left.join(right, list(key), "full_outer")
     kind = (
         F.when(F.col("lake_hash").isNull(), F.lit(MISSING))
@@ -93,13 +94,13 @@ def diff_rows(lake: DataFrame, source: DataFrame, key: Sequence[str], columns: S
     return (
         joined.withColumn("kind", kind)
         .filter(F.col("kind").isNotNull())
-        .select(*key, "kind", "lake_hash", "source_hash")
+        .select(*names.columns(key), "kind", "lake_hash", "source_hash")
     )
 
 
 def duplicate_keys(table: DataFrame, key: Sequence[str]) -> DataFrame:
     """Keys that occur more than once in a lake table (must never survive a run)."""
-    return table.groupBy(*key).count().filter(F.col("count") > 1)
+    return table.groupBy(*names.columns(key)).count().filter(F.col("count") > 1)
 
 
 @dataclass
@@ -137,10 +138,10 @@ def summarise(
     """Counts by kind with the first ``sample_size`` keys of each kind, in a fixed number of actions."""
     counts = {MISSING: 0, EXTRA: 0, STALE: 0}
     counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
-    first_keys = Window.partitionBy("kind").orderBy(*key)
+    first_keys = Window.partitionBy("kind").orderBy(*names.columns(key))
     picked = diff.withColumn("_n", F.row_number().over(first_keys)).filter(F.col("_n") <= sample_size)
     samples: dict[str, list[dict[str, Any]]] = {}
-    for row in picked.orderBy("kind", *key).collect():
+    for row in picked.orderBy("kind", *names.columns(key)).collect():
         samples.setdefault(row["kind"], []).append({k: row[k] for k in key})
     return DiffReport(
         lake_rows=lake.count(),
