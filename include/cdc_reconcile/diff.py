@@ -25,25 +25,44 @@ from .visibility import PgSnapshot, visible_in_snapshot
 MISSING = "missing"
 EXTRA = "extra"
 STALE = "stale"
-NULL_MARK = "\u0000"
-SEPARATOR = "\u001f"
 
 
-def _canonical(column: str, data_type: T.DataType) -> Column:
-    col = names.column(column)
+def _text(value: Column, data_type: T.DataType) -> Column:
+    """A scalar's text, one per value of its type: instants as epoch micros (no time zone in the text)."""
     if isinstance(data_type, T.BinaryType):
-        text = F.hex(col)
-    elif isinstance(data_type, T.StringType):
-        text = col
+        return F.hex(value)
+    if isinstance(data_type, T.StringType):
+        return value
+    if isinstance(data_type, T.TimestampType):
+        return F.unix_micros(value).cast("string")
+    return value.cast("string")
+
+
+def encoded(value: Column, data_type: T.DataType) -> Column:
+    """A self-delimiting text of one typed value; concatenated, these decode back to the values.
+
+    ``N`` is NULL; ``V<length>:<text>`` a scalar; ``A<size>:`` then each element encoded, an array;
+    ``S`` then each field encoded, a struct. So NULL differs from every string (``'null'``, ``''``),
+    an array from the text of its elements (``['a, b']`` from ``['a', 'b']``), and no text can
+    shift across columns or elements, whatever characters it holds.
+    """
+    if isinstance(data_type, T.ArrayType):
+        items = F.transform(value, lambda item: encoded(item, data_type.elementType))
+        body = F.concat(F.lit("A"), F.size(value).cast("string"), F.lit(":"), F.array_join(items, ""))
+    elif isinstance(data_type, T.StructType):
+        body = F.concat(F.lit("S"), *(encoded(value.getField(f.name), f.dataType) for f in data_type.fields))
+    elif isinstance(data_type, T.MapType | T.VariantType):
+        raise ValueError(f"no canonical encoding for {data_type.simpleString()} values")
     else:
-        text = col.cast("string")
-    return F.coalesce(text, F.lit(NULL_MARK))
+        text = _text(value, data_type)
+        body = F.concat(F.lit("V"), F.length(text).cast("string"), F.lit(":"), text)
+    return F.when(value.isNull(), F.lit("N")).otherwise(body)
 
 
 def row_hash(df: DataFrame, columns: Sequence[str]) -> Column:
-    """SHA-256 over the typed columns in a fixed order; NULL and the empty string stay distinct."""
+    """SHA-256 over the typed columns in a fixed order, each :func:`encoded`: equal exactly when the rows are."""
     types = {f.name: f.dataType for f in df.schema.fields}
-    return F.sha2(F.concat_ws(SEPARATOR, *(_canonical(c, types[c]) for c in columns)), 256)
+    return F.sha2(F.concat(*(encoded(names.column(c), types[c]) for c in columns)), 256)
 
 
 def visible_changes(changelog: DataFrame, snapshot: PgSnapshot) -> DataFrame:
