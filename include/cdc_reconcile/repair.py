@@ -52,7 +52,7 @@ def resolve_duplicates(changelog: DataFrame) -> DataFrame:
         kept.filter(~superseded)
         .drop("_newest_round")
         .withColumn("duplicate_class", F.lit(None).cast("string"))
-        .select(*changelog.columns)
+        .select(*names.columns(changelog.columns))
     )
 
 

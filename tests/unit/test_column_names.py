@@ -11,7 +11,7 @@ from cdc_reconcile import names, storage
 from cdc_reconcile.compaction import fold_table, mark_duplicates
 from cdc_reconcile.debezium.pgtypes import table_schema
 from cdc_reconcile.diff import EXTRA, MISSING, STALE, diff_rows, duplicate_keys, lake_as_of, summarise, visible_changes
-from cdc_reconcile.repair import audit_rows, repair_events
+from cdc_reconcile.repair import audit_rows, repair_events, resolve_duplicates
 from cdc_reconcile.visibility import PgSnapshot
 
 from .test_compaction import TOPIC, parsed, typed_changelog
@@ -81,6 +81,7 @@ def test_fold_diff_and_repair_take_dotted_and_spaced_names_as_names(spark):
     audit = audit_rows(diff, None, KEY, run_id="run-1", table_name="public.items", dry_run=False)
     assert sorted(json.loads(r["key"])["order.id"] for r in audit.collect()) == [1, 2, 3]
     assert {r["key"] for r in repairs.collect()} >= {'{"order.id":1,"line no":1}'}
+    assertDataFrameEqual(resolve_duplicates(changelog), changelog)
 
 
 def test_incremental_fold_and_storage_keep_the_names(spark, tmp_path):
