@@ -151,7 +151,9 @@ def _definitions(context: Any, table: str, key: Sequence[str]) -> dict[str, Any]
     """Data source, assets, suites and validation definitions for one table, added or updated."""
     import great_expectations as gx
 
-    source = context.data_sources.add_or_update_spark(name="cdc_lake")
+    # GX would persist every batch and never release it: a later read of the same path in this session
+    # (the table republished by reconcile, then validated again) would see the cached rows
+    source = context.data_sources.add_or_update_spark(name="cdc_lake", persist=False)
     definitions = {}
     for dataset, expectations in _expectations(key).items():
         name = f"{table}.{dataset}"

@@ -98,6 +98,7 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root):
     }
     assert len(outcome.checks) == 13
     assert data_docs_index(gx_root / "gx-project").is_file()
+    assert not any(df.is_cached for df in data.values()), "a dataset left cached would hide a later rewrite"
 
 
 def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spark, gx_root):
