@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from . import names
 from .debezium.decoding import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD, is_unavailable, split_decoded, tag_decode_errors
 from .debezium.envelope import QUARANTINE_COLUMNS
 from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, TableSpec
@@ -127,7 +128,7 @@ def duplicate_counts(marked: DataFrame) -> dict[str, int]:
 
 def key_columns(key: Sequence[str], *images: str) -> list[Column]:
     """Typed key columns, taken from whichever row image the event has."""
-    return [F.coalesce(*(F.col(f"{image}.{k}") for image in images)).alias(k) for k in key]
+    return [F.coalesce(*(F.col(image).getField(k) for image in images)).alias(k) for k in key]
 
 
 def decode_changes(
@@ -246,12 +247,12 @@ def after_truncate(events: DataFrame, truncate: DataFrame) -> DataFrame:
 def table_as_changelog(table: DataFrame, spec: TableSpec, key: Sequence[str]) -> DataFrame:
     """The previous lake table as one pseudo-event per row, at the position of its last change."""
     after = F.struct(
-        *(F.col(c).alias(c) for c in spec),
+        *(names.column(c).alias(c) for c in spec),
         F.array().cast("array<string>").alias(UNAVAILABLE_FIELD),
         F.array().cast("array<string>").alias(DECODE_ERRORS_FIELD),
     )
     return table.select(
-        *(F.col(k) for k in key),
+        *names.columns(key),
         *(F.col(lake).alias(change) for lake, change in CDC_FIELDS.items()),
         after.alias("after_row"),
     )
@@ -271,11 +272,11 @@ def fold_table(
     new event of their key); ``resets`` comes from :func:`snapshot_resets`. Redeliveries still in the
     changelog (before repair) are skipped; the newest truncate empties what came before it.
     """
-    columns = ["op", "partition", "offset", "sub", "source_txid", "source_lsn", "origin", "after_row"]
+    fields = ["op", "partition", "offset", "sub", "source_txid", "source_lsn", "origin", "after_row"]
     rows = without_redeliveries(changelog)
-    events = rows.filter(F.col("op") != TRUNCATE).select(*key, *columns)
+    events = rows.filter(F.col("op") != TRUNCATE).select(*names.columns(key), *fields)
     if previous is not None:
-        events = events.unionByName(table_as_changelog(previous, spec, key).select(*key, *columns))
+        events = events.unionByName(table_as_changelog(previous, spec, key).select(*names.columns(key), *fields))
     events = after_truncate(events, newest_truncate(rows))
     if resets is not None:
         events = (
@@ -283,13 +284,13 @@ def fold_table(
             .filter(F.col("reset_offset").isNull() | (F.col("offset") >= F.col("reset_offset")))
             .drop("reset_offset")
         )
-    order = Window.partitionBy(*key).orderBy("offset", "sub")
+    order = Window.partitionBy(*names.columns(key)).orderBy("offset", "sub")
     so_far = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     filled = [
         F.last(
             F.when(
                 F.col("after_row").isNotNull() & ~is_unavailable("after_row", c),
-                F.struct(F.col(f"after_row.{c}").alias("v")),
+                F.struct(F.col("after_row").getField(c).alias("v")),
             ),
             ignorenulls=True,
         )
@@ -299,12 +300,12 @@ def fold_table(
         for c in spec
         if c not in key
     ]
-    latest = Window.partitionBy(*key).orderBy(F.col("offset").desc(), F.col("sub").desc())
+    latest = Window.partitionBy(*names.columns(key)).orderBy(F.col("offset").desc(), F.col("sub").desc())
     state = events.select(
-        *key,
+        *names.columns(key),
         *filled,
         *(F.col(change).alias(lake) for lake, change in CDC_FIELDS.items()),
         F.row_number().over(latest).alias("_rank"),
     )
-    ordered = [c for c in spec] + list(CDC_COLUMNS)
+    ordered = [*names.columns(spec), *CDC_COLUMNS]
     return state.filter((F.col("_rank") == 1) & (F.col("_cdc_op") != "d")).select(*ordered)

@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import names
 from .compaction import ORIGIN_RECONCILE, fold_table, snapshot_resets, without_redeliveries
 from .debezium.pgtypes import TableSpec
 from .visibility import PgSnapshot, visible_in_snapshot
@@ -24,25 +25,44 @@ from .visibility import PgSnapshot, visible_in_snapshot
 MISSING = "missing"
 EXTRA = "extra"
 STALE = "stale"
-NULL_MARK = "\u0000"
-SEPARATOR = "\u001f"
 
 
-def _canonical(column: str, data_type: T.DataType) -> Column:
-    col = F.col(f"`{column}`")
+def _text(value: Column, data_type: T.DataType) -> Column:
+    """A scalar's text, one per value of its type: instants as epoch micros (no time zone in the text)."""
     if isinstance(data_type, T.BinaryType):
-        text = F.hex(col)
-    elif isinstance(data_type, T.StringType):
-        text = col
+        return F.hex(value)
+    if isinstance(data_type, T.StringType):
+        return value
+    if isinstance(data_type, T.TimestampType):
+        return F.unix_micros(value).cast("string")
+    return value.cast("string")
+
+
+def encoded(value: Column, data_type: T.DataType) -> Column:
+    """A self-delimiting text of one typed value; concatenated, these decode back to the values.
+
+    ``N`` is NULL; ``V<length>:<text>`` a scalar; ``A<size>:`` then each element encoded, an array;
+    ``S`` then each field encoded, a struct. So NULL differs from every string (``'null'``, ``''``),
+    an array from the text of its elements (``['a, b']`` from ``['a', 'b']``), and no text can
+    shift across columns or elements, whatever characters it holds.
+    """
+    if isinstance(data_type, T.ArrayType):
+        items = F.transform(value, lambda item: encoded(item, data_type.elementType))
+        body = F.concat(F.lit("A"), F.size(value).cast("string"), F.lit(":"), F.array_join(items, ""))
+    elif isinstance(data_type, T.StructType):
+        body = F.concat(F.lit("S"), *(encoded(value.getField(f.name), f.dataType) for f in data_type.fields))
+    elif isinstance(data_type, T.MapType | T.VariantType):
+        raise ValueError(f"no canonical encoding for {data_type.simpleString()} values")
     else:
-        text = col.cast("string")
-    return F.coalesce(text, F.lit(NULL_MARK))
+        text = _text(value, data_type)
+        body = F.concat(F.lit("V"), F.length(text).cast("string"), F.lit(":"), text)
+    return F.when(value.isNull(), F.lit("N")).otherwise(body)
 
 
 def row_hash(df: DataFrame, columns: Sequence[str]) -> Column:
-    """SHA-256 over the typed columns in a fixed order; NULL and the empty string stay distinct."""
+    """SHA-256 over the typed columns in a fixed order, each :func:`encoded`: equal exactly when the rows are."""
     types = {f.name: f.dataType for f in df.schema.fields}
-    return F.sha2(F.concat_ws(SEPARATOR, *(_canonical(c, types[c]) for c in columns)), 256)
+    return F.sha2(F.concat(*(encoded(names.column(c), types[c]) for c in columns)), 256)
 
 
 def visible_changes(changelog: DataFrame, snapshot: PgSnapshot) -> DataFrame:
@@ -75,15 +95,15 @@ def lake_as_of(
 def conform(df: DataFrame, reference: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Cast ``df``'s columns to the reference's types so both sides hash the same representation."""
     types = {f.name: f.dataType for f in reference.schema.fields}
-    return df.select(*(F.col(f"`{c}`").cast(types[c]).alias(c) for c in columns))
+    return df.select(*(names.column(c).cast(types[c]).alias(c) for c in columns))
 
 
 def diff_rows(lake: DataFrame, source: DataFrame, key: Sequence[str], columns: Sequence[str]) -> DataFrame:
     """One row per differing key: key columns, ``kind``, ``lake_hash``, ``source_hash``."""
     lake_side = conform(lake, source, columns)
-    source_side = source.select(*columns)
-    left = lake_side.select(*key, row_hash(lake_side, columns).alias("lake_hash"))
-    right = source_side.select(*key, row_hash(source_side, columns).alias("source_hash"))
+    source_side = source.select(*names.columns(columns))
+    left = lake_side.select(*names.columns(key), row_hash(lake_side, columns).alias("lake_hash"))
+    right = source_side.select(*names.columns(key), row_hash(source_side, columns).alias("source_hash"))
     joined = left.join(right, list(key), "full_outer")
     kind = (
         F.when(F.col("lake_hash").isNull(), F.lit(MISSING))
@@ -93,13 +113,13 @@ def diff_rows(lake: DataFrame, source: DataFrame, key: Sequence[str], columns: S
     return (
         joined.withColumn("kind", kind)
         .filter(F.col("kind").isNotNull())
-        .select(*key, "kind", "lake_hash", "source_hash")
+        .select(*names.columns(key), "kind", "lake_hash", "source_hash")
     )
 
 
 def duplicate_keys(table: DataFrame, key: Sequence[str]) -> DataFrame:
     """Keys that occur more than once in a lake table (must never survive a run)."""
-    return table.groupBy(*key).count().filter(F.col("count") > 1)
+    return table.groupBy(*names.columns(key)).count().filter(F.col("count") > 1)
 
 
 @dataclass
@@ -137,10 +157,10 @@ def summarise(
     """Counts by kind with the first ``sample_size`` keys of each kind, in a fixed number of actions."""
     counts = {MISSING: 0, EXTRA: 0, STALE: 0}
     counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
-    first_keys = Window.partitionBy("kind").orderBy(*key)
+    first_keys = Window.partitionBy("kind").orderBy(*names.columns(key))
     picked = diff.withColumn("_n", F.row_number().over(first_keys)).filter(F.col("_n") <= sample_size)
     samples: dict[str, list[dict[str, Any]]] = {}
-    for row in picked.orderBy("kind", *key).collect():
+    for row in picked.orderBy("kind", *names.columns(key)).collect():
         samples.setdefault(row["kind"], []).append({k: row[k] for k in key})
     return DiffReport(
         lake_rows=lake.count(),

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from . import names
 from .compaction import (
     ORIGIN_DEBEZIUM,
     ORIGIN_RECONCILE,
@@ -51,7 +52,7 @@ def resolve_duplicates(changelog: DataFrame) -> DataFrame:
         kept.filter(~superseded)
         .drop("_newest_round")
         .withColumn("duplicate_class", F.lit(None).cast("string"))
-        .select(*changelog.columns)
+        .select(*names.columns(changelog.columns))
     )
 
 
@@ -59,11 +60,11 @@ def last_visible_positions(visible: DataFrame, key: Sequence[str]) -> DataFrame:
     """Per key, the partition and offset of its last change that the snapshot saw."""
     return (
         visible.filter(F.col("op") != TRUNCATE)
-        .groupBy(*key)
+        .groupBy(*names.columns(key))
         .agg(
             F.max(F.struct("offset", "partition")).alias("_pos"),
         )
-        .select(*key, F.col("_pos.partition").alias("partition"), F.col("_pos.offset").alias("offset"))
+        .select(*names.columns(key), F.col("_pos.partition").alias("partition"), F.col("_pos.offset").alias("offset"))
     )
 
 
@@ -84,22 +85,24 @@ def repair_events(
     positions = last_visible_positions(visible, key)
     if previous is not None:
         earlier = previous.select(
-            *key, F.col("_cdc_partition").alias("partition"), F.col("_cdc_offset").alias("offset")
+            *names.columns(key), F.col("_cdc_partition").alias("partition"), F.col("_cdc_offset").alias("offset")
         )
         positions = (
             positions.unionByName(earlier)
-            .groupBy(*key)
+            .groupBy(*names.columns(key))
             .agg(F.max(F.struct("offset", "partition")).alias("_pos"))
-            .select(*key, F.col("_pos.partition").alias("partition"), F.col("_pos.offset").alias("offset"))
+            .select(
+                *names.columns(key), F.col("_pos.partition").alias("partition"), F.col("_pos.offset").alias("offset")
+            )
         )
     columns = list(spec)
     snapshot_rows = conform(source, source, columns)
     after = F.struct(
-        *(F.col(f"`{c}`").alias(c) for c in columns),
+        *(names.column(c).alias(c) for c in columns),
         F.array().cast("array<string>").alias(UNAVAILABLE_FIELD),
         F.array().cast("array<string>").alias(DECODE_ERRORS_FIELD),
     )
-    wanted = diff.filter(F.col("kind").isin(MISSING, STALE, EXTRA)).select(*key, "kind")
+    wanted = diff.filter(F.col("kind").isin(MISSING, STALE, EXTRA)).select(*names.columns(key), "kind")
     rows = wanted.join(snapshot_rows, list(key), "left").join(positions, list(key), "left")
     # a key last seen before a truncate the snapshot saw is repaired after that truncate, not before
     rows = rows.join(F.broadcast(newest_truncate(visible)), F.lit(True), "left")
@@ -108,7 +111,7 @@ def repair_events(
     rows = rows.withColumn("partition", F.when(emptied, F.col("t_partition")).otherwise(F.col("partition")))
     rows = rows.withColumn("offset", F.when(emptied, F.col("t_offset")).otherwise(F.col("offset")))
     return rows.select(
-        *key,
+        *names.columns(key),
         _key_json(key).alias("key"),
         F.when(F.col("kind") == EXTRA, F.lit("d")).otherwise(F.lit("r")).alias("op"),
         F.coalesce(F.col("partition"), F.lit(-1)).cast("int").alias("partition"),
@@ -124,8 +127,8 @@ def repair_events(
     )
 
 
-def _key_json(key: Sequence[str]):
-    return F.to_json(F.struct(*(F.col(k) for k in key)))
+def _key_json(key: Sequence[str]) -> Column:
+    return F.to_json(F.struct(*names.columns(key)))
 
 
 def audit_rows(

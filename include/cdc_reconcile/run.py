@@ -353,9 +353,18 @@ class TableRun:
         """``validate``: the expectation suite on this run's datasets, recorded in the state database."""
         from pyspark.sql import functions as F
 
+        from . import names
         from .compaction import CDC_COLUMNS, TRUNCATE_KEY, duplicate_counts
         from .diff import EXTRA, MISSING, STALE, diff_rows
-        from .suite import CHANGE_IDENTITY, DIFFERENCE_COLUMNS, DUPLICATE_COLUMNS, run_suite, source_values_dataset
+        from .suite import (
+            CHANGE_IDENTITY,
+            DIFFERENCE_COLUMNS,
+            DUPLICATE_COLUMNS,
+            lake_keys_dataset,
+            quarantine_dataset,
+            run_suite,
+            source_values_dataset,
+        )
 
         gx_root = self.settings.require(self.settings.gx_root, "the Great Expectations project (--gx-root)")
         inputs, key, spec = self._inputs, self.table.key, self._inputs.snapshot.spec
@@ -364,9 +373,9 @@ class TableRun:
             raise PipelineError(f"{self.table.name}: no lake table for run {self.run_id!r}; run compact_cdc first")
         as_of = self._as_of(run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)).persist()
         diff = diff_rows(as_of, inputs.source, key, list(spec)).persist()
-        key_text = F.to_json(F.struct(*(F.col(k) for k in key)))
+        key_text = F.to_json(F.struct(*names.columns(key)))
         differences = diff.select(
-            *key,
+            *names.columns(key),
             *(F.when(F.col("kind") == kind, key_text).alias(column) for kind, column in DIFFERENCE_COLUMNS.items()),
         )
         range_changelog = run_partition(self.spark, self.lake.changelog, self.run_id)
@@ -383,14 +392,18 @@ class TableRun:
         counts["snapshot_rows"] = inputs.source.count()
         unrepresentable = inputs.snapshot.metadata.get("unrepresentable") or {}
         counts["unrepresentable"] = sum(unrepresentable.values())
+        quarantined = quarantine_dataset(self.spark, run_partition(self.spark, self.lake.quarantine, self.run_id))
+        counts["quarantined"] = quarantined.count()
         with described(self.spark, f"validate {self.table.name} ({phase.label})"):
             outcome = run_suite(
                 {
                     "lake_as_of": as_of,
                     "lake_table": table,
+                    "lake_keys": lake_keys_dataset(table, key),
                     "changelog": changes,
                     "differences": differences,
                     "source_values": source_values_dataset(self.spark, unrepresentable),
+                    "quarantine": quarantined,
                 },
                 table=self.table.name,
                 run_id=self.run_id,

@@ -183,9 +183,26 @@ def _catalog(conn: psycopg.Connection, table: TableConfig) -> tuple[int, tuple[S
                 f"index, so rows cannot be matched by it; unique keys: {sorted(list(u) for u in unique)}. "
                 "Fix 'key' in the table configuration or add the constraint"
             )
+        require_not_null_key(table, columns)
     if not conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (oid,)).fetchone()[0]:
         raise SnapshotError(f"user {conn.info.user} may not SELECT from {table.name}; GRANT SELECT ON {table.name}")
     return oid, columns
+
+
+def require_not_null_key(table: TableConfig, columns: tuple[SourceColumn, ...]) -> None:
+    """A unique index allows any number of rows with a NULL key column; such rows cannot be matched."""
+    nullable = [c.name for c in columns if c.name in table.key and not c.not_null]
+    if not nullable:
+        return
+    fixes = "; ".join(
+        f"ALTER TABLE {sql_identifier(table.schema, table.table)} ALTER COLUMN {sql_identifier(c)} SET NOT NULL"
+        for c in nullable
+    )
+    raise SnapshotError(
+        f"the configured key {list(table.key)} of {table.name} has nullable column(s) {nullable}: a unique index "
+        "lets any number of rows have a NULL key, and such rows cannot be told apart, folded or compared. "
+        f"Make the key NOT NULL ({fixes}) or configure the primary key as 'key' for {table.name}"
+    )
 
 
 @contextlib.contextmanager

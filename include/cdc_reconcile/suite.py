@@ -1,12 +1,14 @@
 """The expectation suite, as Great Expectations code run on Spark DataFrames.
 
-Five datasets of one run are validated, each by its own suite:
+Seven datasets of one run are validated, each by its own suite:
 
 * ``lake_as_of``: the lake table as of the run's snapshot. Row-count parity with the snapshot. GX's
   ``ExpectTableRowCountToEqualOtherTable`` cannot compare two Spark DataFrames, so the snapshot's row
   count, measured in the same run, is bound to the suite parameter ``snapshot_row_count``;
-* ``lake_table``: the published lake table. Primary-key uniqueness (compound keys too), no NULL key
-  column, and the schema: exactly the source's columns plus the CDC metadata columns;
+* ``lake_table``: the published lake table. No NULL key column, and the schema: exactly the source's
+  columns plus the CDC metadata columns;
+* ``lake_keys``: the published table's keys, one JSON text per row (so duplicates are sample keys, and
+  GX's compound-column check, which misreads names holding a dot, is not needed). Primary-key uniqueness;
 * ``changelog``: this range's changelog. Event uniqueness: no change delivered twice, one
   expectation per cause (a ``<cause>_key`` column holds the key of each duplicate, so the unexpected
   values are sample keys), and the change identity ``(key, op, txId, lsn)`` unique;
@@ -14,7 +16,10 @@ Five datasets of one run are validated, each by its own suite:
   one expectation whose unexpected values are sample keys (missing, extra, stale rows = 0);
 * ``source_values``: one row per source value that its lake type cannot hold (a numeric NaN or
   Infinity, too many digits), named by its column. Debezium and the snapshot both turn such a value
-  into null, so the diff cannot see it; the snapshot counts them in PostgreSQL (expected: none).
+  into null, so the diff cannot see it; the snapshot counts them in PostgreSQL (expected: none);
+* ``quarantine``: the run's quarantined records (not valid JSON, not an event of the table, not
+  decodable), one JSON text each with partition, offset and reason. Their changes are not in the lake,
+  so the diff may not see them either (expected: none).
 
 Results go to the GX file context's validation store and Data Docs
 (``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``); the run's summary goes to the state
@@ -35,8 +40,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SUITE = "cdc_reconciliation"
-DATASETS = ("lake_as_of", "lake_table", "changelog", "differences", "source_values")
+DATASETS = ("lake_as_of", "lake_table", "lake_keys", "changelog", "differences", "source_values", "quarantine")
 UNREPRESENTABLE_COLUMN = "unrepresentable_column"
+LAKE_KEY_COLUMN = "key"
+QUARANTINED_COLUMN = "quarantined_record"
 DIFFERENCE_COLUMNS = {"missing": "missing_key", "extra": "extra_key", "stale": "stale_key"}
 DUPLICATE_COLUMNS = {"redelivery": "redelivery_key", "snapshot_rerun": "snapshot_rerun_key"}
 CHANGE_IDENTITY = ["key", "op", "source_txid", "source_lsn"]
@@ -81,10 +88,6 @@ def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
     import great_expectations as gx
 
     ge = gx.expectations
-    if len(key) == 1:
-        unique_key = ge.ExpectColumnValuesToBeUnique(column=key[0], meta={"check": "primary-key uniqueness"})
-    else:
-        unique_key = ge.ExpectCompoundColumnsToBeUnique(column_list=list(key), meta={"check": "primary-key uniqueness"})
     return {
         "lake_as_of": [
             ge.ExpectTableRowCountToEqual(
@@ -92,11 +95,16 @@ def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
             ),
         ],
         "lake_table": [
-            unique_key,
-            *(ge.ExpectColumnValuesToNotBeNull(column=k, meta={"check": "primary key present"}) for k in key),
+            *(
+                ge.ExpectColumnValuesToNotBeNull(column=gx_column(k), meta={"check": "primary key present"})
+                for k in key
+            ),
             ge.ExpectTableColumnsToMatchSet(
                 column_set={"$PARAMETER": "lake_columns"}, exact_match=True, meta={"check": "schema"}
             ),
+        ],
+        "lake_keys": [
+            ge.ExpectColumnValuesToBeUnique(column=LAKE_KEY_COLUMN, meta={"check": "primary-key uniqueness"})
         ],
         "changelog": [
             *(
@@ -116,7 +124,15 @@ def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
                 column=UNREPRESENTABLE_COLUMN, meta={"check": "every source value fits its lake type"}
             )
         ],
+        "quarantine": [
+            ge.ExpectColumnValuesToBeNull(column=QUARANTINED_COLUMN, meta={"check": "no quarantined records"})
+        ],
     }
+
+
+def gx_column(name: str) -> str:
+    """A column name as GX on Spark spells it: a name holding a dot in backticks (else GX reads a path)."""
+    return f"`{name}`" if "." in name else name
 
 
 @contextlib.contextmanager
@@ -135,7 +151,9 @@ def _definitions(context: Any, table: str, key: Sequence[str]) -> dict[str, Any]
     """Data source, assets, suites and validation definitions for one table, added or updated."""
     import great_expectations as gx
 
-    source = context.data_sources.add_or_update_spark(name="cdc_lake")
+    # GX would persist every batch and never release it: a later read of the same path in this session
+    # (the table republished by reconcile, then validated again) would see the cached rows
+    source = context.data_sources.add_or_update_spark(name="cdc_lake", persist=False)
     definitions = {}
     for dataset, expectations in _expectations(key).items():
         name = f"{table}.{dataset}"
@@ -198,10 +216,13 @@ def run_suite(
         context = gx.get_context(mode="file", project_root_dir=str(root))
         definitions = _definitions(context, table, key)
         run = RunIdentifier(run_name=f"{run_id} {table} {phase}")
+        expectation_parameters = dict(parameters)
+        if "lake_columns" in expectation_parameters:
+            expectation_parameters["lake_columns"] = [gx_column(c) for c in expectation_parameters["lake_columns"]]
         for dataset in DATASETS:
             result = definitions[dataset].run(
                 batch_parameters={"dataframe": datasets[dataset]},
-                expectation_parameters=dict(parameters),
+                expectation_parameters=expectation_parameters,
                 result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_SIZE},
                 run_id=run,
             )
@@ -226,6 +247,25 @@ def source_values_dataset(spark: SparkSession, counts: Mapping[str, int]) -> Dat
     return per_column.select(UNREPRESENTABLE_COLUMN, F.explode(F.sequence(F.lit(1), F.col("n")))).select(
         UNREPRESENTABLE_COLUMN
     )
+
+
+def lake_keys_dataset(table: DataFrame, key: Sequence[str]) -> DataFrame:
+    """The ``lake_keys`` dataset: each lake row's key as one JSON text (how samples name keys everywhere)."""
+    from pyspark.sql import functions as F
+
+    from . import names
+
+    return table.select(F.to_json(F.struct(*names.columns(key))).alias(LAKE_KEY_COLUMN))
+
+
+def quarantine_dataset(spark: SparkSession, quarantine: DataFrame | None) -> DataFrame:
+    """The ``quarantine`` dataset: one JSON text (partition, offset, reason) per quarantined record of the run."""
+    from pyspark.sql import functions as F
+
+    if quarantine is None:
+        return spark.createDataFrame([], f"{QUARANTINED_COLUMN} string")
+    record = F.to_json(F.struct("partition", "offset", "reason"))
+    return quarantine.orderBy("partition", "offset").select(record.alias(QUARANTINED_COLUMN))
 
 
 def describe(outcome: SuiteOutcome | Mapping[str, Any]) -> str:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cdc_reconcile.compaction import CDC_COLUMNS
-from cdc_reconcile.suite import data_docs_index, describe, run_suite, source_values_dataset
+from cdc_reconcile.suite import (
+    data_docs_index,
+    describe,
+    lake_keys_dataset,
+    quarantine_dataset,
+    run_suite,
+    source_values_dataset,
+)
 
 KEY = ["order_id", "line_no"]
 COLUMNS = ["order_id", "line_no", "qty"]
@@ -27,31 +36,35 @@ CHANGELOG_SCHEMA = (
     "key string, op string, source_txid long, source_lsn long, redelivery_key string, snapshot_rerun_key string"
 )
 DIFF_SCHEMA = "order_id long, line_no int, missing_key string, extra_key string, stale_key string"
+QUARANTINE_SCHEMA = "topic string, partition int, offset long, key string, raw_value string, reason string"
 
 
 def lake_rows(rows):
     return [(*row, "c", 0, i, 0, 100 + i, 1000 + i, "debezium") for i, row in enumerate(rows)]
 
 
-def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None):
+def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None, quarantined=None):
     table = spark.createDataFrame(lake_rows(table_rows), TABLE_SCHEMA)
+    quarantine = spark.createDataFrame(quarantined, QUARANTINE_SCHEMA) if quarantined is not None else None
     return {
         "lake_as_of": table,
         "lake_table": table,
+        "lake_keys": lake_keys_dataset(table, KEY),
         "changelog": spark.createDataFrame(changelog_rows, CHANGELOG_SCHEMA),
         "differences": spark.createDataFrame(diff_rows, DIFF_SCHEMA),
         "source_values": source_values_dataset(spark, unrepresentable or {}),
+        "quarantine": quarantine_dataset(spark, quarantine),
     }
 
 
-def run(spark, tmp_path, data, snapshot_rows, counts=None):
+def run(spark, tmp_path, data, snapshot_rows, counts=None, key=KEY, columns=COLUMNS, table="public.order_lines"):
     return run_suite(
         data,
-        table="public.order_lines",
+        table=table,
         run_id="manual__2026-11-22T00:00:00+00:00",
         phase="before_repair",
-        key=KEY,
-        parameters={"snapshot_row_count": snapshot_rows, "lake_columns": [*COLUMNS, *CDC_COLUMNS]},
+        key=key,
+        parameters={"snapshot_row_count": snapshot_rows, "lake_columns": [*columns, *CDC_COLUMNS]},
         counts=counts or {},
         gx_root=tmp_path / "gx-project",
     )
@@ -77,12 +90,15 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root):
     assert {c["dataset"] for c in outcome.checks} == {
         "lake_as_of",
         "lake_table",
+        "lake_keys",
         "changelog",
         "differences",
         "source_values",
+        "quarantine",
     }
-    assert len(outcome.checks) == 12
+    assert len(outcome.checks) == 13
     assert data_docs_index(gx_root / "gx-project").is_file()
+    assert not any(df.is_cached for df in data.values()), "a dataset left cached would hide a later rewrite"
 
 
 def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spark, gx_root):
@@ -106,7 +122,7 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
     failed = {(c["dataset"], c["check"]): c for c in outcome.failed_checks}
     assert set(failed) == {
         ("lake_as_of", "row-count parity as of the snapshot"),
-        ("lake_table", "primary-key uniqueness"),
+        ("lake_keys", "primary-key uniqueness"),
         ("changelog", "event uniqueness: no redelivery events"),
         ("changelog", "event uniqueness: no snapshot_rerun events"),
         ("changelog", "event uniqueness: change identity"),
@@ -134,3 +150,60 @@ def test_a_schema_drift_fails_the_schema_check(spark, gx_root):
     data["lake_table"] = data["lake_table"].drop("qty")
     outcome = run(spark, gx_root, data, snapshot_rows=1)
     assert [c["check"] for c in outcome.failed_checks] == ["schema"]
+
+
+def test_quarantined_records_fail_their_own_check_with_offsets_and_reasons(spark, gx_root):
+    data = datasets(
+        spark,
+        [(1, 1, 5)],
+        [],
+        [],
+        quarantined=[
+            ("cdc.public.order_lines", 0, 41, None, "{oops", "value is not valid JSON"),
+            ("cdc.public.order_lines", 0, 17, '{"order_id":1}', '{"op":"x"}', "unknown op 'x'"),
+        ],
+    )
+    outcome = run(spark, gx_root, data, snapshot_rows=1, counts={"quarantined": 2})
+    assert not outcome.success
+    [failed] = outcome.failed_checks
+    assert (failed["dataset"], failed["check"]) == ("quarantine", "no quarantined records")
+    assert failed["unexpected_count"] == 2
+    assert [json.loads(s) for s in failed["samples"]] == [
+        {"partition": 0, "offset": 17, "reason": "unknown op 'x'"},
+        {"partition": 0, "offset": 41, "reason": "value is not valid JSON"},
+    ]
+    assert outcome.counts == {"quarantined": 2}
+    assert "quarantine: no quarantined records: 2 unexpected" in describe(outcome)
+
+
+def test_the_alert_names_quarantined_records():
+    from cdc_reconcile.orchestration.alerts import CRITICAL, alert_message
+
+    counts = {"missing": 0, "extra": 0, "stale": 0, "redelivery": 0, "snapshot_rerun": 0, "quarantined": 2}
+    message = alert_message(
+        CRITICAL,
+        dag_id="cdc_reconciliation",
+        run_id="manual__1",
+        task_id="confirm_repair",
+        outcome={"table": "public.order_lines", "reason": "the suite still fails after repair", "found": counts},
+    )
+    assert message["found"] == {"quarantined": 2}
+    assert "found: quarantined 2" in message["text"]
+
+
+def test_key_and_column_names_with_dots_and_spaces_are_checked_as_names(spark, gx_root):
+    key = ["order.id", "line no"]
+    schema = TABLE_SCHEMA.replace("order_id long", "`order.id` long").replace("line_no int", "`line no` int")
+    table = spark.createDataFrame(lake_rows([(1, 1, 5), (1, 2, 6)]), schema)
+    data = datasets(spark, [], [], [])
+    data.update(lake_as_of=table, lake_table=table, lake_keys=lake_keys_dataset(table, key))
+    columns = ["order.id", "line no", "qty"]
+    passed = run(spark, gx_root, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted")
+    assert passed.success, describe(passed)
+
+    doubled = spark.createDataFrame(lake_rows([(1, 1, 5), (1, 1, 6)]), schema)
+    data.update(lake_as_of=doubled, lake_table=doubled, lake_keys=lake_keys_dataset(doubled, key))
+    failed = run(spark, gx_root, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted")
+    [unique] = failed.failed_checks
+    assert unique["check"] == "primary-key uniqueness"
+    assert unique["samples"] == ['{"order.id":1,"line no":1}', '{"order.id":1,"line no":1}']

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 WARNING = "warning"
 CRITICAL = "critical"
 OUTCOME_KEY = "outcome"
-CLASSES = ("redelivery", "snapshot_rerun", "missing", "extra", "stale")
+CLASSES = ("redelivery", "snapshot_rerun", "missing", "extra", "stale", "quarantined")
 
 
 def alert_message(
