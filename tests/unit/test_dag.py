@@ -171,3 +171,12 @@ def test_each_mapped_instance_is_named_by_its_table(dagbag):
             rendered = SimpleNamespace(application_args=resolved(task.application_args))
         assert env.from_string(task.map_index_template).render(task=rendered) == table, task.task_id
     assert dag.get_task("plan_tables").map_index_template is None
+
+
+def test_the_deadline_can_be_left_out_for_airflow_dags_test(monkeypatch):
+    from cdc_reconcile.orchestration import alerts, limits
+
+    monkeypatch.setenv(limits.DEADLINE_SWITCH, "off")
+    assert alerts.run_deadline() is None
+    monkeypatch.setenv(limits.DEADLINE_SWITCH, "on")
+    assert alerts.run_deadline().interval == limits.RUN_DEADLINE

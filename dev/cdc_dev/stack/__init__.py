@@ -68,15 +68,20 @@ class Stack:
 
         A connector that exists is never reconfigured: its configuration may hold a user's changes
         (tables added to its capture list), and the built-in one would make Debezium drop them from its
-        publication. One the user paused or stopped stays so. Returns what happened, for ``up`` to say.
+        publication. One the user paused or stopped stays so; a failed one is restarted once, as it is.
+        Returns what happened, for ``up`` to say.
         """
         name = self.config.connector_name
         config = connector_config(self.config, schemas=schemas, exactly_once=exactly_once)
-        created = self.connect.create_connector(name, config)
-        state = self.connect.wait_connector_running(name, held_ok=not created)
-        if created:
+        if self.connect.create_connector(name, config):
+            self.connect.wait_connector_running(name)
             return "created"
-        return "exists, configuration left as it is" + ("" if state == "RUNNING" else f", {state} by its user")
+        restarted = self.connect.restart_failed(name)
+        state = self.connect.wait_connector_running(name, held_ok=True)
+        outcome = "exists, configuration left as it is"
+        if restarted:
+            outcome += ", restarted after a failure"
+        return outcome if state == "RUNNING" else f"{outcome}, {state} by its user"
 
     def down(self, *, destroy: bool = False) -> list[str]:
         """Stop Airflow, Connect, Kafka, PostgreSQL in that order; ``destroy`` also removes their data."""

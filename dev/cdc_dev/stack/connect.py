@@ -165,6 +165,22 @@ class Connect:
                 )
             time.sleep(1)
 
+    def restart_failed(self, name: str) -> bool:
+        """Restart the connector's FAILED parts (its configuration unchanged); True if any had failed."""
+        status = self.connector_status(name) or {}
+        failed = status.get("connector", {}).get("state") == "FAILED" or any(
+            task["state"] == "FAILED" for task in status.get("tasks", [])
+        )
+        if failed:
+            response = requests.post(
+                f"{self.config.connect_url}/connectors/{name}/restart",
+                params={"includeTasks": "true", "onlyFailed": "true"},
+                timeout=30,
+            )
+            if response.status_code >= 400:
+                raise StackError(f"connect: restarting {name!r} failed ({response.status_code}): {response.text}")
+        return failed
+
     def put_connector(self, name: str, config: dict[str, Any]) -> None:
         response = requests.put(f"{self.config.connect_url}/connectors/{name}/config", json=config, timeout=30)
         if response.status_code >= 400:

@@ -307,9 +307,14 @@ def run_deadline_missed(context: Mapping[str, Any], conn_id: str = ALERTS_CONN, 
 
 
 def run_deadline(interval: timedelta = limits.RUN_DEADLINE, conn_id: str = ALERTS_CONN) -> Any:
-    """The DAG's deadline: a critical alert when a run is not finished ``interval`` after it was queued."""
+    """The DAG's deadline: a critical alert when a run is not finished ``interval`` after it was queued.
+
+    None when ``CDC_RUN_DEADLINE=off`` (see :data:`limits.DEADLINE_SWITCH`).
+    """
     from airflow.sdk import DeadlineAlert, DeadlineReference, SyncCallback
 
+    if os.environ.get(limits.DEADLINE_SWITCH, "on").lower() == "off":
+        return None
     return DeadlineAlert(
         reference=DeadlineReference.DAGRUN_QUEUED_AT,
         interval=interval,
