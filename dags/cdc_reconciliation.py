@@ -19,8 +19,10 @@ Every hour, and on demand from the trigger form, for each configured table:
 9. **publish_lake_table**: an Asset event for the validated lake table (alias `cdc_lake_tables`).
 
 Connections: `cdc_state`, `cdc_source` (postgres), `cdc_kafka` (host = bootstrap servers),
-`spark_default`, optional `cdc_alerts` (http webhook or smtp). Variables: `cdc_lake_root`, optional
-`cdc_gx_root`. The logic lives in `cdc_reconcile.orchestration`; this file only wires tasks.
+`spark_default`, optional `cdc_alerts` (slackwebhook, http webhook or smtp). Variables: `cdc_lake_root`,
+optional `cdc_gx_root`. Every task has an execution timeout, and a run not finished in time sends a
+critical alert (both in `cdc_reconcile.orchestration.limits`). The logic lives in
+`cdc_reconcile.orchestration`; this file only wires tasks.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import datetime as dt
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import AssetAlias, Param, TriggerRule, dag, task, task_group
 
+from cdc_reconcile.orchestration import limits
 from cdc_reconcile.orchestration import tasks as steps
-from cdc_reconcile.orchestration.alerts import CRITICAL, WARNING, ReconciliationNotifier
+from cdc_reconcile.orchestration.alerts import CRITICAL, WARNING, ReconciliationNotifier, run_deadline
 
 CONFIGURED_TABLES = steps.configured_tables()
 LAKE_TABLES = AssetAlias("cdc_lake_tables")
@@ -59,6 +62,7 @@ def spark_job(task_id: str, job: str, arguments: list) -> SparkSubmitOperator:
         name=f"cdc_{task_id}",
         conf={"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"},
         driver_memory="2g",
+        execution_timeout=limits.SPARK_TASK,
     )
 
 
@@ -71,10 +75,12 @@ def spark_job(task_id: str, job: str, arguments: list) -> SparkSubmitOperator:
     doc_md=__doc__,
     tags=["cdc", "reconciliation", "great-expectations", "spark"],
     user_defined_macros=steps.MACROS,
+    deadline=run_deadline(),
     default_args={
         "owner": "data-platform",
         "retries": 1,
         "retry_delay": dt.timedelta(minutes=1),
+        "execution_timeout": limits.PYTHON_TASK,
         "on_failure_callback": [ReconciliationNotifier(CRITICAL)],
     },
     params={
@@ -114,13 +120,13 @@ def cdc_reconciliation():
     def plan_tables(params=None) -> list[str]:
         return steps.select_tables(params["tables"])
 
-    @task_group
+    @task_group(default_args={"map_index_template": steps.TABLE_LABEL})
     def reconcile_table(table: str):
         @task
         def checkpoint_offsets(table: str, run_id=None, params=None) -> dict[str, int]:
             return steps.checkpoint_offsets(table, run_id, params["full_rescan"])
 
-        @task
+        @task(execution_timeout=limits.SEAL_TASK)
         def seal_offsets(table: str, run_id=None) -> dict:
             return steps.seal_offsets(table, run_id)
 

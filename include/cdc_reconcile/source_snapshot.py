@@ -94,7 +94,6 @@ class SourceSnapshot:
         }
 
 
-
 def parse_lsn(text: str) -> int:
     """``'16/B374D848'`` -> ``(0x16 << 32) | 0xB374D848``: comparable with Debezium's ``source.lsn``."""
     hi, sep, lo = text.strip().partition("/")
@@ -104,7 +103,6 @@ def parse_lsn(text: str) -> int:
         return (int(hi, 16) << 32) | int(lo, 16)
     except ValueError as exc:
         raise ValueError(f"not a pg_lsn: {text!r}") from exc
-
 
 
 def sql_identifier(*names: str) -> str:
@@ -255,7 +253,6 @@ def exported_snapshot(
 # the JDBC read
 
 
-
 def unrepresentable_values(
     dsn: str,
     snapshot: SourceSnapshot,
@@ -292,5 +289,3 @@ def unrepresentable_values(
         counts = conn.execute(query).fetchone()
         conn.execute("COMMIT")
     return {name: int(n) for (name, _), n in zip(checks, counts, strict=True) if n}
-
-

@@ -120,6 +120,8 @@ def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, aler
     assert task(result, "decide_repair") == "skipped"
     assert task(result, "reconcile") == "skipped"
     assert task(result, "publish_lake_table") == "success"
+    mapped = [name for name, state in result.tasks.items() if name.startswith(f"{GROUP}.") and state == "success"]
+    assert {name: result.labels.get(name) for name in mapped} == dict.fromkeys(mapped, TABLE), "UI names by table"
     initial = outcome(config, result.run_id, Phase.BEFORE_REPAIR)
     assert initial["success"] and initial["counts"]["snapshot_rows"] == len(source_rows(pg))
     assert alerts.received == []
@@ -168,6 +170,7 @@ def test_a_snapshot_rerun_fails_the_suite_is_repaired_and_warns_once(stack, conf
     assert alert["repaired"] == {k: v for k, v in expected.items() if v}
     assert f"snapshot_rerun {rows}" in alert["text"]
     assert alert["data_docs"] and (config.run_dir / alert["data_docs"]).exists()
+    assert alert["run_url"].startswith(f"{config.airflow_url}/dags/cdc_reconciliation/runs/")
     assert lake_rows(spark, config) == source_rows(pg), "no committed source row is missing from the lake"
 
 

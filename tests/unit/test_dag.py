@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import inspect
 import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -139,3 +142,73 @@ def test_spark_jobs_take_secrets_and_locations_from_connections_and_variables_at
         assert "{{ run_id }}" in args, f"{task.task_id}: run id is not templated"
         for name in ("CDC_STATE_DSN", "CDC_PG_DSN", "CDC_PG_JDBC_URL", "CDC_PG_USER", "CDC_PG_PASSWORD"):
             assert "{{" in task.env_vars[name] and "conn.cdc_" in task.env_vars[name], f"{task.task_id}: {name}"
+
+
+def test_every_task_has_a_finite_execution_timeout_and_seal_gives_up_first(dagbag):
+    from cdc_reconcile.orchestration import limits, tasks
+
+    dag = dagbag.dags["cdc_reconciliation"]
+    for task in dag.tasks:
+        assert task.execution_timeout is not None, f"{task.task_id} may run forever"
+        if type(task).__name__ == "SparkSubmitOperator":
+            assert task.execution_timeout == limits.SPARK_TASK, task.task_id
+        else:
+            assert task.execution_timeout <= limits.PYTHON_TASK, task.task_id
+    watermark_wait = inspect.signature(tasks.seal_offsets).parameters["timeout"].default
+    seal = dag.get_task("reconcile_table.seal_offsets")
+    assert watermark_wait < seal.execution_timeout.total_seconds()
+    assert dt.timedelta(hours=1) > limits.RUN_DEADLINE, "a late run must be reported before the next hourly run"
+
+
+def test_a_run_past_its_deadline_sends_a_critical_alert(dagbag):
+    from airflow.sdk import DeadlineReference, SyncCallback
+
+    from cdc_reconcile.orchestration import alerts, limits
+
+    dag = dagbag.dags["cdc_reconciliation"]
+    [deadline] = dag.deadline
+    assert deadline.reference == DeadlineReference.DAGRUN_QUEUED_AT
+    assert deadline.interval == limits.RUN_DEADLINE
+    assert isinstance(deadline.callback, SyncCallback)
+    assert deadline.callback.path == "cdc_reconcile.orchestration.alerts.run_deadline_missed"
+    assert deadline.callback.kwargs == {"conn_id": "cdc_alerts", "minutes": 45}
+    assert alerts.run_deadline_missed.__module__ + ".run_deadline_missed" == deadline.callback.path
+
+
+def test_each_mapped_instance_is_named_by_its_table(dagbag):
+    """The UI names a mapped instance by rendering map_index_template with the task's rendered arguments.
+
+    Airflow resolves the group's mapped argument (the table) while it renders the task; here the
+    argument is replaced by a table, where the task holds it, and the template is rendered as Airflow does.
+    """
+    from airflow.sdk.definitions._internal.expandinput import MappedArgument
+
+    def resolved(values):
+        return [table if isinstance(v, MappedArgument) else v for v in values]
+
+    table = "public.order_lines"
+    dag = dagbag.dags["cdc_reconciliation"]
+    env = dag.get_template_env()
+    group = [t for t in dag.tasks if t.task_id.startswith("reconcile_table.")]
+    assert len(group) == 10
+    for task in group:
+        assert task.map_index_template, f"{task.task_id} has no map_index_template"
+        if hasattr(task, "python_callable"):
+            rendered = SimpleNamespace(
+                python_callable=task.python_callable,
+                op_args=resolved(task.op_args),
+                op_kwargs=dict(zip(task.op_kwargs, resolved(task.op_kwargs.values()), strict=True)),
+            )
+        else:
+            rendered = SimpleNamespace(application_args=resolved(task.application_args))
+        assert env.from_string(task.map_index_template).render(task=rendered) == table, task.task_id
+    assert dag.get_task("plan_tables").map_index_template is None
+
+
+def test_the_deadline_can_be_left_out_for_airflow_dags_test(monkeypatch):
+    from cdc_reconcile.orchestration import alerts, limits
+
+    monkeypatch.setenv(limits.DEADLINE_SWITCH, "off")
+    assert alerts.run_deadline() is None
+    monkeypatch.setenv(limits.DEADLINE_SWITCH, "on")
+    assert alerts.run_deadline().interval == limits.RUN_DEADLINE

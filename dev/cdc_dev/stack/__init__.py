@@ -40,6 +40,7 @@ class Stack:
         # Airflow costs a minute and a gigabyte, so ``up`` starts it only when asked; ``down`` and
         # ``status`` always cover it, so nothing it left running goes unnoticed.
         self.with_airflow = airflow
+        self.connector_outcome: str | None = None
 
     def up(self, *, register: bool = True, exactly_once: bool = True) -> dict[str, float]:
         """Start what is not already healthy; returns seconds spent per component."""
@@ -54,7 +55,7 @@ class Stack:
             timings[name] = round(time.monotonic() - began, 2)
         if register:
             began = time.monotonic()
-            self.register_connector(exactly_once="required" if exactly_once else "requested")
+            self.connector_outcome = self.register_connector(exactly_once="required" if exactly_once else "requested")
             timings["connector"] = round(time.monotonic() - began, 2)
         if self.with_airflow:
             began = time.monotonic()
@@ -62,11 +63,25 @@ class Stack:
             timings["airflow"] = round(time.monotonic() - began, 2)
         return timings
 
-    def register_connector(self, *, schemas: bool = True, exactly_once: str = "required") -> None:
+    def register_connector(self, *, schemas: bool = True, exactly_once: str = "required") -> str:
+        """Create the Debezium connector if Connect does not have it, and wait until it runs.
+
+        A connector that exists is never reconfigured: its configuration may hold a user's changes
+        (tables added to its capture list), and the built-in one would make Debezium drop them from its
+        publication. One the user paused or stopped stays so; a failed one is restarted once, as it is.
+        Returns what happened, for ``up`` to say.
+        """
         name = self.config.connector_name
-        if self.connect.connector_status(name) is None or not self.connect.connector_running(name):
-            self.connect.put_connector(name, connector_config(self.config, schemas=schemas, exactly_once=exactly_once))
-        self.connect.wait_connector_running(name)
+        config = connector_config(self.config, schemas=schemas, exactly_once=exactly_once)
+        if self.connect.create_connector(name, config):
+            self.connect.wait_connector_running(name)
+            return "created"
+        restarted = self.connect.restart_failed(name)
+        state = self.connect.wait_connector_running(name, held_ok=True)
+        outcome = "exists, configuration left as it is"
+        if restarted:
+            outcome += ", restarted after a failure"
+        return outcome if state == "RUNNING" else f"{outcome}, {state} by its user"
 
     def down(self, *, destroy: bool = False) -> list[str]:
         """Stop Airflow, Connect, Kafka, PostgreSQL in that order; ``destroy`` also removes their data."""

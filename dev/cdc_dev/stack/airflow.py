@@ -100,7 +100,7 @@ def connections(config: StackConfig) -> dict[str, str]:
     webhook = os.environ.get("CDC_ALERTS_WEBHOOK")
     if webhook:
         found["AIRFLOW_CONN_CDC_ALERTS"] = json.dumps(
-            {"conn_type": "generic", "description": "alert webhook URL", "host": webhook}
+            {"conn_type": "http", "description": "alert webhook: alerts are POSTed here as JSON", "host": webhook}
         )
     return found
 

@@ -1,12 +1,17 @@
-"""``cdc-stack up|status|down``: the embedded stack from the command line."""
+"""``cdc-stack up|status|down|airflow|airflow-env``: the embedded stack from the command line."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import subprocess
 import sys
 
 from . import Stack, StackError
+from .airflow import airflow_environment, venv_bin
+from .config import StackConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,13 +33,26 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--json", action="store_true")
     down = sub.add_parser("down", help="stop everything the stack started, Airflow included")
     down.add_argument("--destroy", action="store_true", help="also delete the run folder (data and logs)")
+    airflow = sub.add_parser(
+        "airflow",
+        help="run the Airflow CLI against the stack's Airflow: cdc-stack airflow -- tasks test cdc_reconciliation ...",
+    )
+    airflow.add_argument("arguments", nargs=argparse.REMAINDER, help="the airflow command's arguments, after --")
+    sub.add_parser("airflow-env", help="print the stack's Airflow environment as export lines (for eval)")
     args = parser.parse_args(argv)
 
+    if args.command == "airflow":
+        return run_airflow(args.arguments)
+    if args.command == "airflow-env":
+        print(export_lines(airflow_environment(StackConfig())))
+        return 0
     stack = Stack(airflow=args.command == "up" and args.with_airflow)
     try:
         if args.command == "up":
             timings = stack.up(register=not args.no_register, exactly_once=not args.eos_disabled)
             print("stack up: " + ", ".join(f"{name} {secs}s" for name, secs in timings.items()))
+            if stack.connector_outcome:
+                print(f"connector {stack.config.connector_name}: {stack.connector_outcome}")
             _print_status(stack, as_json=False)
             if stack.with_airflow:
                 cfg = stack.config
@@ -54,6 +72,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def export_lines(environment: dict[str, str]) -> str:
+    """``export NAME=value`` lines a POSIX shell reads back unchanged (``eval "$(cdc-stack airflow-env)"``)."""
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in sorted(environment.items()))
+
+
+def run_airflow(arguments: list[str]) -> int:
+    """The virtualenv's ``airflow`` with the stack's environment (the one its services use); its exit code."""
+    if arguments[:1] == ["--"]:
+        arguments = arguments[1:]
+    config = StackConfig()
+    env = {**os.environ, **airflow_environment(config)}
+    return subprocess.run([str(venv_bin() / "airflow"), *arguments], env=env, check=False).returncode
 
 
 def _print_status(stack: Stack, *, as_json: bool) -> int:

@@ -14,6 +14,8 @@ from .kafka import LOG4J2_PROPERTIES, java_command
 from .process import ManagedProcess, StackError, wait_until
 
 POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+# States a user puts a connector in through the REST API (pause, stop); the stack leaves them so.
+HELD_STATES = ("PAUSED", "STOPPED")
 
 
 def connector_config(config: StackConfig, *, schemas: bool = True, exactly_once: str = "required") -> dict[str, str]:
@@ -140,6 +142,45 @@ class Connect:
 
     # -- connectors -------------------------------------------------------------------------------
 
+    def create_connector(self, name: str, config: dict[str, Any], timeout: float = 120) -> bool:
+        """Create connector ``name`` unless Connect already has one by that name; True if it was created.
+
+        ``POST /connectors`` never replaces a connector (Connect answers 409 "already exists"), where
+        ``PUT .../config`` would: an existing connector's configuration is left exactly as it is.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            response = requests.post(
+                f"{self.config.connect_url}/connectors", json={"name": name, "config": config}, timeout=30
+            )
+            if response.status_code in (200, 201):
+                return True
+            if response.status_code == 409 and "already exists" in response.text:
+                return False
+            # 409 while the worker rebalances, 5xx while it is still starting: ask again
+            if response.status_code not in (409, 500, 503) or time.monotonic() > deadline:
+                raise StackError(
+                    f"connect: creating connector {name!r} failed ({response.status_code}): {response.text}. "
+                    f"See {self.log_file}"
+                )
+            time.sleep(1)
+
+    def restart_failed(self, name: str) -> bool:
+        """Restart the connector's FAILED parts (its configuration unchanged); True if any had failed."""
+        status = self.connector_status(name) or {}
+        failed = status.get("connector", {}).get("state") == "FAILED" or any(
+            task["state"] == "FAILED" for task in status.get("tasks", [])
+        )
+        if failed:
+            response = requests.post(
+                f"{self.config.connect_url}/connectors/{name}/restart",
+                params={"includeTasks": "true", "onlyFailed": "true"},
+                timeout=30,
+            )
+            if response.status_code >= 400:
+                raise StackError(f"connect: restarting {name!r} failed ({response.status_code}): {response.text}")
+        return failed
+
     def put_connector(self, name: str, config: dict[str, Any]) -> None:
         response = requests.put(f"{self.config.connect_url}/connectors/{name}/config", json=config, timeout=30)
         if response.status_code >= 400:
@@ -162,19 +203,28 @@ class Connect:
         tasks = status.get("tasks", [])
         return bool(tasks) and all(task["state"] == "RUNNING" for task in tasks)
 
-    def wait_connector_running(self, name: str, timeout: float = 120) -> None:
-        def running() -> bool:
-            status = self.connector_status(name)
-            failed = [t for t in (status or {}).get("tasks", []) if t["state"] == "FAILED"]
+    def wait_connector_running(self, name: str, timeout: float = 120, *, held_ok: bool = False) -> str:
+        """Wait until the connector and its tasks are RUNNING; return the connector's state.
+
+        With ``held_ok``, a connector a user paused or stopped (``PAUSED``, ``STOPPED``) is settled too.
+        """
+
+        def settled() -> str | None:
+            status = self.connector_status(name) or {}
+            failed = [t for t in status.get("tasks", []) if t["state"] == "FAILED"]
             if failed:
                 raise StackError(f"connect: task of {name!r} FAILED:\n{failed[0].get('trace', '')[:2000]}")
-            return self.connector_running(name)
+            state = status.get("connector", {}).get("state")
+            if held_ok and state in HELD_STATES:
+                return state
+            return "RUNNING" if self.connector_running(name) else None
 
         deadline = time.monotonic() + timeout
         while True:
             try:
-                if running():
-                    return
+                state = settled()
+                if state:
+                    return state
             except requests.RequestException:
                 pass
             if time.monotonic() > deadline:

@@ -16,6 +16,8 @@ from typing import Any
 
 import psycopg
 
+from cdc_reconcile.orchestration.limits import DEADLINE_SWITCH
+
 from .airflow import airflow_environment, migrate, sql_alchemy_conn, venv_bin
 from .config import StackConfig
 from .process import StackError
@@ -31,6 +33,7 @@ class DagRunResult:
     state: str
     tasks: dict[str, str] = field(default_factory=dict)
     tries: dict[str, int] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # mapped instances' names (map_index_template)
     seconds: float = 0.0
     log: Path | None = None
 
@@ -52,7 +55,8 @@ def run_dag(
 ) -> DagRunResult:
     """One run of the DAG with ``params``; its output goes to ``<run dir>/logs/<label>-<n>.log``."""
     migrate(config)
-    env = {**os.environ, **airflow_environment(config), **(extra_env or {})}
+    # Airflow 3.3's `dags test` fails after a successful run of a DAG with a deadline (apache/airflow#73428)
+    env = {**os.environ, **airflow_environment(config), DEADLINE_SWITCH: "off", **(extra_env or {})}
     config.logs_dir.mkdir(parents=True, exist_ok=True)
     log = config.logs_dir / f"{label}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     began = time.monotonic()
@@ -78,15 +82,17 @@ def run_dag(
             raise StackError(f"no run of {DAG_ID} was recorded; see {log}")
         run_id, state = row
         instances = conn.execute(
-            "SELECT task_id, map_index, state, try_number FROM task_instance WHERE dag_id = %s AND run_id = %s",
+            "SELECT task_id, map_index, state, try_number, rendered_map_index FROM task_instance "
+            "WHERE dag_id = %s AND run_id = %s",
             (DAG_ID, run_id),
         ).fetchall()
-    name = {(t, i): t if i < 0 else f"{t}[{i}]" for t, i, _, _ in instances}
+    name = {(t, i): t if i < 0 else f"{t}[{i}]" for t, i, *_ in instances}
     return DagRunResult(
         run_id=run_id,
         state=state,
-        tasks={name[t, i]: task_state for t, i, task_state, _ in instances},
-        tries={name[t, i]: tries for t, i, _, tries in instances},
+        tasks={name[t, i]: task_state for t, i, task_state, *_ in instances},
+        tries={name[t, i]: tries for t, i, _, tries, _ in instances},
+        labels={name[t, i]: label for t, i, *_, label in instances if label},
         seconds=round(seconds, 1),
         log=log,
     )

@@ -1,29 +1,68 @@
-"""Alerts as an Airflow notifier: a warning when the suite failed and repair fixed it, critical otherwise.
+"""Alerts through Airflow's provider notifiers: a warning when the suite failed and repair fixed it,
+critical otherwise, and critical when a run misses its deadline.
 
-The target is the Airflow connection ``cdc_alerts``: conn type ``http`` posts the alert as JSON to
-the connection's URL (``schema://host:port`` plus ``extra.endpoint``, or ``extra.url``); conn type
-``smtp`` mails it to ``extra.to`` through the SMTP provider's hook. Without the connection the alert
-is only logged, with a line that says how to configure one.
+The target is the Airflow connection ``cdc_alerts``; its type picks the provider's notifier:
+
+* ``slackwebhook`` (Slack provider): a Slack incoming webhook; the webhook URL (or its token) is the
+  connection's password;
+* ``http`` (HTTP provider): the alert as JSON, POSTed to the connection's URL (``schema://host:port``,
+  or a full URL as host) plus ``extra.endpoint``;
+* ``smtp`` (SMTP provider): a mail to ``extra.to``, from ``extra.from_email``.
+
+Every target carries the same content (:func:`alert_message`). Without the connection the alert is
+only logged, with a line that says how to configure one.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import logging
+import os
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 from airflow.sdk import BaseNotifier
 
 from ..phase import Phase
 from ..suite import describe
+from . import limits
 
 log = logging.getLogger(__name__)
 
 WARNING = "warning"
 CRITICAL = "critical"
 OUTCOME_KEY = "outcome"
+ALERTS_CONN = "cdc_alerts"
 CLASSES = ("redelivery", "snapshot_rerun", "missing", "extra", "stale", "quarantined")
+SLACK, HTTP, SMTP = "slackwebhook", "http", "smtp"
+WEBHOOK_TIMEOUT = 15
+SAMPLE_KEYS = 3
+
+
+def ui_url(dag_id: str, run_id: str, task_id: str | None = None, map_index: int | None = None) -> str:
+    """The Airflow UI page of a run (or of one of its task instances), under ``[api] base_url``."""
+    from airflow.sdk.configuration import conf
+
+    base = (conf.get("api", "base_url", fallback=None) or "http://localhost:8080/").rstrip("/")
+    url = f"{base}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+    if task_id:
+        url += f"/tasks/{quote(task_id, safe='')}"
+        if map_index is not None and map_index >= 0:
+            url += f"/mapped/{map_index}"
+    return url
+
+
+def sample_keys(outcome: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A few keys per failed check, by phase and check, as the suite recorded them."""
+    samples: dict[str, list[Any]] = {}
+    for phase in Phase:
+        for check in (outcome.get(phase.value) or {}).get("checks") or []:
+            if not check.get("success", True) and check.get("samples"):
+                samples[f"{phase.label}: {check['dataset']}: {check['check']}"] = check["samples"][:SAMPLE_KEYS]
+    return samples
 
 
 def alert_message(
@@ -34,6 +73,7 @@ def alert_message(
     task_id: str,
     outcome: Mapping[str, Any] | None,
     error: str | None = None,
+    run_url: str | None = None,
 ) -> dict[str, Any]:
     """The alert's content: a title, counts by class, failed checks with sample keys, and where to look."""
     outcome = outcome or {}
@@ -58,6 +98,8 @@ def alert_message(
             lines.extend(f"  {line}" for line in describe(checks).splitlines())
     if error:
         lines.append(f"error: {error}")
+    if run_url:
+        lines.append(f"Airflow: {run_url}")
     if outcome.get("data_docs"):
         lines.append(f"Data Docs: {outcome['data_docs']}")
     return {
@@ -70,26 +112,119 @@ def alert_message(
         "table": outcome.get("table"),
         "found": found,
         "repaired": repaired,
+        "sample_keys": sample_keys(outcome),
+        "run_url": run_url,
         "data_docs": outcome.get("data_docs"),
     }
 
 
-def _webhook_url(connection: Any) -> str:
+# -- what each provider sends -------------------------------------------------------------------------
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
+
+
+def data_docs_url(path: str | None) -> str | None:
+    """A link for the Data Docs page: a URL as it is, an absolute path as a ``file://`` URI."""
+    if not path:
+        return None
+    if "://" in path:
+        return path
+    return f"file://{quote(os.path.normpath(path))}" if os.path.isabs(path) else None
+
+
+def _slack_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def slack_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The alert as Slack Block Kit blocks: a header, the summary as fields, the details, the links.
+
+    Slack caps a header at 150 characters and a section's text at 3,000; longer text is cut.
+    """
+    run = _slack_escape(message["run_id"])
+    fields = {
+        "Severity": message["severity"].upper(),
+        "Table": _slack_escape(message.get("table") or "-"),
+        "Run": f"<{message['run_url']}|{run}>" if message.get("run_url") else run,
+        "Found": _counts(message["found"]),
+        "Repaired": _counts(message["repaired"]),
+    }
+    details = _clip(_slack_escape(message["text"]), 2990)
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _clip(message["title"], 150)}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in fields.items()]},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"```{details}```"}},
+    ]
+    links = [f"<{message['run_url']}|Airflow run>"] if message.get("run_url") else []
+    docs = message.get("data_docs")
+    if docs:
+        url = data_docs_url(docs)
+        links.append(f"<{url}|Data Docs>" if url else f"Data Docs: `{_slack_escape(docs)}`")
+    if links:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(links)}]})
+    return blocks
+
+
+def email_html(message: Mapping[str, Any]) -> str:
+    """The alert as the body of a mail: the summary as a table, the details, the links."""
+    esc = html.escape
+    run = esc(message["run_id"])
+    rows = {
+        "Severity": esc(message["severity"].upper()),
+        "Table": esc(message.get("table") or "-"),
+        "Run": f'<a href="{esc(message["run_url"])}">{run}</a>' if message.get("run_url") else run,
+        "Found": esc(_counts(message["found"])),
+        "Repaired": esc(_counts(message["repaired"])),
+    }
+    table = "".join(f"<tr><th align='left'>{k}</th><td>{v}</td></tr>" for k, v in rows.items())
+    links = [f'<a href="{esc(message["run_url"])}">Airflow run</a>'] if message.get("run_url") else []
+    docs = message.get("data_docs")
+    if docs:
+        url = data_docs_url(docs)
+        links.append(f'<a href="{esc(url)}">Data Docs</a>' if url else f"Data Docs: {esc(docs)}")
+    return (
+        f"<h3>{esc(message['title'])}</h3><table>{table}</table>"
+        f"<pre>{esc(message['text'])}</pre><p>{' · '.join(links)}</p>"
+    )
+
+
+def provider_notifier(message: Mapping[str, Any], connection: Any) -> BaseNotifier:
+    """The provider's notifier for the connection's type, holding the finished message."""
+    conn_id = connection.conn_id
     extra = connection.extra_dejson or {}
-    if extra.get("url"):
-        return str(extra["url"])
-    host = connection.host or ""
-    if "://" not in host:
-        host = f"{connection.schema or 'http'}://{host}"
-    if connection.port:
-        host = f"{host.rstrip('/')}:{connection.port}"
-    endpoint = str(extra.get("endpoint", ""))
-    return host.rstrip("/") + ("/" + endpoint.lstrip("/") if endpoint else "")
+    if connection.conn_type == SLACK:
+        from airflow.providers.slack.notifications.slack_webhook import SlackWebhookNotifier
+
+        return SlackWebhookNotifier(slack_webhook_conn_id=conn_id, text=message["title"], blocks=slack_blocks(message))
+    if connection.conn_type == HTTP:
+        from airflow.providers.http.notifications.http import HttpNotifier
+
+        # The HTTP hook waits forever unless told; a timeout in the connection's extra wins.
+        options = {} if "timeout" in extra else {"timeout": WEBHOOK_TIMEOUT}
+        body = json.loads(json.dumps(message, default=str))
+        return HttpNotifier(http_conn_id=conn_id, endpoint=extra.get("endpoint"), json=body, extra_options=options)
+    if connection.conn_type == SMTP:
+        from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+        if not extra.get("to"):
+            raise ValueError(f"connection {conn_id!r} (smtp) needs extra {{'to': 'ops@example.com'}}")
+        return SmtpNotifier(
+            to=extra["to"], smtp_conn_id=conn_id, subject=message["title"], html_content=email_html(message)
+        )
+    raise ValueError(
+        f"connection {conn_id!r} has type {connection.conn_type!r}; alerts go to a connection of type "
+        f"{SLACK!r} (Slack incoming webhook), {HTTP!r} (JSON webhook) or {SMTP!r} (mail)"
+    )
 
 
-def deliver(message: Mapping[str, Any], conn_id: str) -> str:
-    """Send ``message`` to the target configured in connection ``conn_id``; return where it went."""
-    import requests
+def deliver(message: Mapping[str, Any], conn_id: str, context: Mapping[str, Any] | None = None) -> str:
+    """Send ``message`` through the notifier of connection ``conn_id``'s type; return where it went."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -97,30 +232,20 @@ def deliver(message: Mapping[str, Any], conn_id: str) -> str:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         log.warning(
-            "alert not sent: no Airflow connection %r (add one of type http with the webhook URL, or smtp "
-            "with extra {'to': ...}). The alert was:\n%s",
+            "alert not sent: no Airflow connection %r (add one of type slackwebhook with the webhook URL as "
+            "password, http with the webhook URL, or smtp with extra {'to': ...}). The alert was:\n%s",
             conn_id,
             message["text"],
         )
         return "log"
-    if connection.conn_type == "smtp":
-        from airflow.providers.smtp.hooks.smtp import SmtpHook
-
-        recipients = (connection.extra_dejson or {}).get("to")
-        if not recipients:
-            raise ValueError(f"connection {conn_id!r} (smtp) needs extra {{'to': 'ops@example.com'}}")
-        with SmtpHook(smtp_conn_id=conn_id) as smtp:
-            smtp.send_email_smtp(to=recipients, subject=message["title"], html_content=f"<pre>{message['text']}</pre>")
-        return f"smtp:{recipients}"
-    url = _webhook_url(connection)
-    response = requests.post(url, json=message, timeout=15)
-    if response.status_code >= 300:
-        raise RuntimeError(f"alert webhook {url} (connection {conn_id!r}) answered {response.status_code}")
-    return url
+    # notify(), not the notifier's __call__: the message is final, and rendering it as a Jinja template
+    # would mangle a sample key that happens to contain "{{".
+    provider_notifier(message, connection).notify(dict(context or {}))
+    return f"{connection.conn_type}:{conn_id}"
 
 
 class ReconciliationNotifier(BaseNotifier):
-    """Airflow notifier for the reconciliation DAG's callbacks.
+    """Airflow notifier for the reconciliation DAG's task callbacks.
 
     It reads the outcome the task pushed under XCom key ``outcome`` (counts by class, failed checks,
     Data Docs path); for a task that failed without one, the alert names the task and its error.
@@ -128,7 +253,7 @@ class ReconciliationNotifier(BaseNotifier):
 
     template_fields = ("conn_id",)
 
-    def __init__(self, severity: str, conn_id: str = "cdc_alerts") -> None:
+    def __init__(self, severity: str, conn_id: str = ALERTS_CONN) -> None:
         super().__init__()
         if severity not in (WARNING, CRITICAL):
             raise ValueError(f"severity must be {WARNING!r} or {CRITICAL!r}, got {severity!r}")
@@ -146,7 +271,55 @@ class ReconciliationNotifier(BaseNotifier):
             task_id=ti.task_id,
             outcome=outcome,
             error=None if exception is None else str(exception),
+            run_url=ui_url(ti.dag_id, ti.run_id, ti.task_id, ti.map_index),
         )
-        target = deliver(message, self.conn_id)
+        target = deliver(message, self.conn_id, context)
         log.info("%s alert sent to %s: %s", self.severity, target, message["title"])
         print(json.dumps({"alert": message["title"], "target": target}))
+
+
+# -- the run's deadline -----------------------------------------------------------------------------------
+
+
+def run_deadline_missed(context: Mapping[str, Any], conn_id: str = ALERTS_CONN, minutes: int = 0) -> str:
+    """Deadline callback: a critical alert naming the run that has not finished in time.
+
+    Airflow's executor calls it with the run as ``context["dag_run"]`` (the REST API's DAG run fields).
+    """
+    dag_run = context.get("dag_run") or {}
+    dag_id, run_id = dag_run.get("dag_id", "?"), dag_run.get("dag_run_id", "?")
+    tables = (dag_run.get("conf") or {}).get("tables")
+    reason = (
+        f"run {run_id} has not finished {minutes} minutes after it was queued "
+        f"(queued at {dag_run.get('queued_at')}, state {dag_run.get('state')}); a task is hung or slow"
+    )
+    message = alert_message(
+        CRITICAL,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id="",
+        outcome={"table": ", ".join(tables) if tables else "all tables", "reason": reason},
+        run_url=ui_url(dag_id, run_id),
+    )
+    target = deliver(message, conn_id, context)
+    log.info("deadline alert sent to %s: %s", target, message["title"])
+    return target
+
+
+def run_deadline(interval: timedelta = limits.RUN_DEADLINE, conn_id: str = ALERTS_CONN) -> Any:
+    """The DAG's deadline: a critical alert when a run is not finished ``interval`` after it was queued.
+
+    None when ``CDC_RUN_DEADLINE=off`` (see :data:`limits.DEADLINE_SWITCH`).
+    """
+    from airflow.sdk import DeadlineAlert, DeadlineReference, SyncCallback
+
+    if os.environ.get(limits.DEADLINE_SWITCH, "on").lower() == "off":
+        return None
+    return DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_QUEUED_AT,
+        interval=interval,
+        callback=SyncCallback(
+            run_deadline_missed, kwargs={"conn_id": conn_id, "minutes": int(interval.total_seconds() // 60)}
+        ),
+        name="run finished in time",
+    )

@@ -8,7 +8,7 @@ Airflow objects used (names are fixed; the embedded stack defines all of them):
 * ``cdc_state`` (postgres): the state database with the ``cdc_reconcile`` schema;
 * ``cdc_source`` (postgres): the captured database the snapshot reads;
 * ``cdc_kafka`` (generic): ``host`` is the Kafka bootstrap servers;
-* ``cdc_alerts`` (http or smtp, optional): where alerts go;
+* ``cdc_alerts`` (slackwebhook, http or smtp, optional): where alerts go;
 * ``spark_default`` (spark): the master for the Spark jobs (``local[*]`` by default);
 * variables ``cdc_lake_root`` (required) and ``cdc_gx_root`` (default: ``<lake root>/../great_expectations``,
   rendered by the DAG's validate tasks).
@@ -16,6 +16,7 @@ Airflow objects used (names are fixed; the embedded stack defines all of them):
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError, default_config, load_config
 from ..phase import Phase
+from . import limits
 from .alerts import OUTCOME_KEY
 
 if TYPE_CHECKING:
@@ -86,6 +88,31 @@ def kafka_bootstrap(connection: Any) -> str:
     return f"{servers}:{connection.port}" if connection.port and ":" not in servers else servers
 
 
+def mapped_table(task: Any) -> str:
+    """The table a task of the mapped ``reconcile_table`` group works on, read from its rendered arguments.
+
+    The UI's name for the mapped instance (``map_index_template``). It never raises: a failed render
+    after a successful task would fail the task; without a table the UI shows the index.
+    """
+    function = getattr(task, "python_callable", None)
+    if function is not None:
+        try:
+            bound = inspect.signature(function).bind_partial(*task.op_args, **task.op_kwargs)
+        except (TypeError, ValueError):
+            return ""
+        table = bound.arguments.get("table")
+        return table if isinstance(table, str) else ""
+    arguments = list(getattr(task, "application_args", None) or [])
+    if "--table" in arguments[:-1]:
+        value = arguments[arguments.index("--table") + 1]
+        return value if isinstance(value, str) else ""
+    return ""
+
+
+# The map_index_template of every task in the mapped group (rendered after the task's own templates).
+TABLE_LABEL = "{{ mapped_table(task) }}"
+
+
 def python_executable() -> str:
     """The interpreter running the task; spark-submit's Python driver uses the same environment."""
     return sys.executable
@@ -107,6 +134,7 @@ MACROS = {
     "spark_jars": spark_jars,
     "kafka_bootstrap": kafka_bootstrap,
     "python_executable": python_executable,
+    "mapped_table": mapped_table,
 }
 
 
@@ -193,7 +221,9 @@ def checkpoint_offsets(table_name: str, run_id: str, full_rescan: bool = False) 
     return {str(p): o for p, o in starts.items()}
 
 
-def seal_offsets(table_name: str, run_id: str, timeout: float = 300.0) -> dict[str, Any]:
+def seal_offsets(
+    table_name: str, run_id: str, timeout: float = limits.WATERMARK_WAIT.total_seconds()
+) -> dict[str, Any]:
     """Record the snapshot's metadata, then seal the range at a watermark committed after it."""
     sealed = table_run(table_name, run_id).seal(timeout=timeout)
     end = sealed.end or {}
