@@ -7,7 +7,8 @@ It starts from empty data once per session and is taken down at the end.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -15,6 +16,7 @@ import pytest
 
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import REPO_ROOT
+from cdc_dev.stack.connect import connector_config
 from cdc_reconcile import kafka_offsets, storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.errors import ReconcileError
@@ -153,3 +155,53 @@ def _topic_exists(bootstrap: str, topic: str) -> bool:
         return bool(kafka_offsets.list_partitions(bootstrap, topic, timeout=5))
     except ReconcileError:
         return False
+
+
+@contextmanager
+def own_connector(
+    stack: Stack, config: StackConfig, *, prefix: str, slot: str, tables: Sequence[str], create: Sequence[str]
+) -> Iterator[str]:
+    """Tables of a test's own, captured by a connector of its own (own topics, slot and publication).
+
+    ``create`` makes the tables (dropped first and again at the end); the watermark table is captured
+    too, so the run's seal works on the test's topics. Yields the connector's name.
+    """
+    name = f"cdc-{prefix}"
+    with psycopg.connect(config.pg_dsn, autocommit=True) as pg:
+        for table in tables:
+            pg.execute(f"DROP TABLE IF EXISTS {table}")
+        for statement in create:
+            pg.execute(statement)
+    stack.connect.put_connector(
+        name,
+        {
+            **connector_config(config),
+            "topic.prefix": prefix,
+            "slot.name": slot,
+            "publication.name": slot,
+            "table.include.list": ",".join([*tables, load_config().watermark_table]),
+        },
+    )
+    stack.connect.wait_connector_running(name, timeout=180)
+    try:
+        yield name
+    finally:
+        stack.connect.delete_connector(name)
+        with psycopg.connect(config.pg_dsn, autocommit=True) as pg:
+            eventually(
+                lambda: (
+                    not pg.execute(
+                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (slot,)
+                    ).fetchone()
+                ),
+                timeout=60,
+                what=f"slot {slot} released by the deleted connector",
+            )
+            pg.execute(
+                "SELECT pg_drop_replication_slot(%s) WHERE EXISTS (SELECT 1 FROM pg_replication_slots "
+                "WHERE slot_name = %s)",
+                (slot, slot),
+            )
+            pg.execute(f"DROP PUBLICATION IF EXISTS {slot}")
+            for table in tables:
+                pg.execute(f"DROP TABLE IF EXISTS {table}")

@@ -25,21 +25,19 @@ from pyspark.sql import functions as F
 
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import MAX_MESSAGE_BYTES
-from cdc_dev.stack.connect import connector_config
 from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.lake import TableLake
 from tests.support.kafka import read_topic
 from tests.support.polling import eventually
 
-from .conftest import run_once
+from .conftest import own_connector, run_once
 
 pytestmark = pytest.mark.integration
 
 TABLE = "public.edge_cases"
 PREFIX = "edge"
 TOPIC = f"{PREFIX}.{TABLE}"
-CONNECTOR = "cdc-edge"
 SLOT = "cdc_edge"
 TEN_MB = 10 * 1024 * 1024
 
@@ -56,43 +54,10 @@ UNICODE = "Zürich — 東京 — עברית — 🚀 — e\u0301 — \u200b"
 
 @pytest.fixture(scope="module")
 def edge_table(stack: Stack, config: StackConfig) -> Iterator[TableConfig]:
-    with psycopg.connect(config.pg_dsn, autocommit=True) as pg:
-        pg.execute("DROP TABLE IF EXISTS public.edge_cases")
-        pg.execute(CREATE)
-        # DEFAULT, not FULL: an update leaves an unchanged TOASTed value out of the event
-        pg.execute("ALTER TABLE public.edge_cases REPLICA IDENTITY DEFAULT")
-    stack.connect.put_connector(
-        CONNECTOR,
-        {
-            **connector_config(config),
-            "topic.prefix": PREFIX,
-            "slot.name": SLOT,
-            "publication.name": SLOT,
-            "table.include.list": f"{TABLE},public.cdc_watermark",
-        },
-    )
-    stack.connect.wait_connector_running(CONNECTOR, timeout=180)
-    try:
+    # REPLICA IDENTITY DEFAULT, not FULL: an update leaves an unchanged TOASTed value out of the event
+    create = (CREATE, "ALTER TABLE public.edge_cases REPLICA IDENTITY DEFAULT")
+    with own_connector(stack, config, prefix=PREFIX, slot=SLOT, tables=(TABLE,), create=create):
         yield TableConfig(name=TABLE, key=("id",), topic_prefix=PREFIX)
-    finally:
-        stack.connect.delete_connector(CONNECTOR)
-        with psycopg.connect(config.pg_dsn, autocommit=True) as pg:
-            eventually(
-                lambda: (
-                    not pg.execute(
-                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (SLOT,)
-                    ).fetchone()
-                ),
-                timeout=60,
-                what=f"slot {SLOT} released by the deleted connector",
-            )
-            pg.execute(
-                "SELECT pg_drop_replication_slot(%s) WHERE EXISTS (SELECT 1 FROM pg_replication_slots "
-                "WHERE slot_name = %s)",
-                (SLOT, SLOT),
-            )
-            pg.execute(f"DROP PUBLICATION IF EXISTS {SLOT}")
-            pg.execute("DROP TABLE IF EXISTS public.edge_cases")
 
 
 def write_source_rows(pg: psycopg.Connection) -> None:

@@ -25,7 +25,6 @@ from confluent_kafka import Producer
 
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import MAX_MESSAGE_BYTES
-from cdc_dev.stack.connect import connector_config
 from cdc_dev.stack.topics import read_topic
 from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig, load_config
@@ -37,12 +36,11 @@ from cdc_reconcile.run import TableRun
 from cdc_reconcile.source_snapshot import SnapshotError
 from cdc_reconcile.suite import describe
 
-from .conftest import eventually, run_once, table_run, take_snapshot
+from .conftest import eventually, own_connector, run_once, table_run, take_snapshot
 
 pytestmark = pytest.mark.integration
 
 PREFIX = "exact"
-CONNECTOR = "cdc-exact"
 SLOT = "cdc_exact"
 NAMES = "public.exact_names"
 HASHES = "public.exact_hashes"
@@ -63,44 +61,8 @@ def watermark_topic() -> str:
 
 @pytest.fixture(scope="module")
 def exact_connector(stack: Stack, config: StackConfig) -> Iterator[None]:
-    with psycopg.connect(config.pg_dsn, autocommit=True) as pg:
-        for name in CAPTURED:
-            pg.execute(f"DROP TABLE IF EXISTS {name}")
-        for statement in CREATE:
-            pg.execute(statement)
-    stack.connect.put_connector(
-        CONNECTOR,
-        {
-            **connector_config(config),
-            "topic.prefix": PREFIX,
-            "slot.name": SLOT,
-            "publication.name": SLOT,
-            "table.include.list": ",".join([*CAPTURED, load_config().watermark_table]),
-        },
-    )
-    stack.connect.wait_connector_running(CONNECTOR, timeout=180)
-    try:
+    with own_connector(stack, config, prefix=PREFIX, slot=SLOT, tables=CAPTURED, create=CREATE):
         yield
-    finally:
-        stack.connect.delete_connector(CONNECTOR)
-        with psycopg.connect(config.pg_dsn, autocommit=True) as pg:
-            eventually(
-                lambda: (
-                    not pg.execute(
-                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (SLOT,)
-                    ).fetchone()
-                ),
-                timeout=60,
-                what=f"slot {SLOT} released by the deleted connector",
-            )
-            pg.execute(
-                "SELECT pg_drop_replication_slot(%s) WHERE EXISTS (SELECT 1 FROM pg_replication_slots "
-                "WHERE slot_name = %s)",
-                (SLOT, SLOT),
-            )
-            pg.execute(f"DROP PUBLICATION IF EXISTS {SLOT}")
-            for name in CAPTURED:
-                pg.execute(f"DROP TABLE IF EXISTS {name}")
 
 
 def validating_run(spark, config: StackConfig, table: TableConfig, lake: Path, run_id: str) -> TableRun:

@@ -36,6 +36,7 @@ def connector_config(config: StackConfig, *, schemas: bool = True, exactly_once:
         "publication.name": config.publication_name,
         "publication.autocreate.mode": "filtered",
         "snapshot.mode": "initial",
+        "skipped.operations": "none",  # Debezium skips truncates by default; the lake must see them
         "heartbeat.interval.ms": "5000",
         "provide.transaction.metadata": "true",
         "exactly.once.support": exactly_once,

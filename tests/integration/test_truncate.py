@@ -1,0 +1,117 @@
+"""A ``TRUNCATE`` reaches the lake as a truncate, not as every row turned "extra".
+
+Debezium skips truncates unless ``skipped.operations`` says otherwise; the stack's connector (and the
+compose file's) captures them. A table of its own, captured by a connector of its own, is truncated
+inside one run's range while a writer keeps inserting and updating it before, during and after the
+truncate and through the run itself. The run must find nothing to repair, and the lake must equal
+PostgreSQL read directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+
+from cdc_dev.stack import Stack, StackConfig
+from cdc_dev.stack.connect import connector_config
+from cdc_reconcile import storage
+from cdc_reconcile.config import TableConfig, load_config
+from cdc_reconcile.lake import TableLake
+
+from .conftest import eventually, own_connector, run_once
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "trunc"
+SLOT = "cdc_trunc"
+TABLE = "public.trunc_items"
+CREATE = (f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, label text NOT NULL, qty integer NOT NULL)",)
+
+
+@pytest.fixture(scope="module")
+def truncated_table(stack: Stack, config: StackConfig) -> Iterator[TableConfig]:
+    with own_connector(stack, config, prefix=PREFIX, slot=SLOT, tables=(TABLE,), create=CREATE):
+        yield TableConfig(name=TABLE, key=("id",), topic_prefix=PREFIX)
+
+
+class Writer:
+    """Inserts new rows and updates existing ones, one short transaction at a time, until stopped."""
+
+    def __init__(self, dsn: str, first_id: int) -> None:
+        self.dsn = dsn
+        self.ids = itertools.count(first_id)
+        self.stop = threading.Event()
+        self.transactions = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._write, name="truncate-writer", daemon=True)
+
+    def _write(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as pg:
+                while not self.stop.is_set():
+                    new_id = next(self.ids)
+                    with pg.transaction():
+                        pg.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, 1)", (new_id, f"row {new_id}"))
+                        pg.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id = (SELECT max(id) FROM {TABLE})")
+                    self.transactions += 1
+                    self.stop.wait(0.005)
+        except BaseException as exc:  # surfaced by stopped()
+            self.error = exc
+
+    def __enter__(self) -> Writer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+    def wrote_at_least(self, transactions: int) -> bool:
+        if self.error is not None:
+            raise AssertionError(f"the writer failed: {self.error!r}")
+        return self.transactions >= transactions
+
+
+def lake_rows(lake: Path) -> dict[int, tuple[str, int]]:
+    """The published table, read with pyarrow from its files, not through the pipeline's reader."""
+    folder = storage.version_path(TableLake(lake, TABLE).table)
+    table = pq.read_table(folder, columns=["id", "label", "qty"])
+    return {r["id"]: (r["label"], r["qty"]) for r in table.to_pylist()}
+
+
+def source_rows(pg: psycopg.Connection) -> dict[int, tuple[str, int]]:
+    return {r[0]: (r[1], r[2]) for r in pg.execute(f"SELECT id, label, qty FROM {TABLE}").fetchall()}
+
+
+def test_the_stack_connector_captures_truncates(config: StackConfig):
+    assert connector_config(config)["skipped.operations"] == "none"
+
+
+def test_a_truncate_under_load_empties_the_lake_table_and_nothing_is_repaired(
+    spark, config, pg, truncated_table, tmp_path
+):
+    pg.execute(f"INSERT INTO {TABLE} SELECT g, 'row ' || g, g % 7 FROM generate_series(1, 300) g")
+    watermark = f"{PREFIX}.{load_config().watermark_table}"
+    summary, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-1", watermark_topic=watermark)
+    assert report.clean, report.as_dict()
+    assert lake_rows(tmp_path) == source_rows(pg)
+
+    with Writer(config.pg_dsn, first_id=1_000) as writer:
+        eventually(lambda: writer.wrote_at_least(50), timeout=120, what="the writer's first transactions")
+        pg.execute(f"TRUNCATE {TABLE}")
+        truncated_at = writer.transactions
+        eventually(lambda: writer.wrote_at_least(truncated_at + 50), timeout=120, what="writes after the truncate")
+        summary, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-2", watermark_topic=watermark)
+        assert writer.wrote_at_least(truncated_at + 51)
+
+    assert report.clean, report.as_dict()
+    assert not set(range(1, 301)) & set(lake_rows(tmp_path)), "rows from before the truncate are still in the lake"
+    summary, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-3", watermark_topic=watermark)
+    assert report.clean, report.as_dict()
+    assert lake_rows(tmp_path) == source_rows(pg)
