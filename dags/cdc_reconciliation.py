@@ -32,7 +32,6 @@ import datetime as dt
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import AssetAlias, Param, TriggerRule, dag, task, task_group
 
-from cdc_reconcile.config import TABLE_NAME_PATTERN
 from cdc_reconcile.orchestration import limits
 from cdc_reconcile.orchestration import tasks as steps
 from cdc_reconcile.orchestration.alerts import CRITICAL, WARNING, ReconciliationNotifier, run_deadline
@@ -89,7 +88,7 @@ def spark_job(task_id: str, job: str, arguments: list) -> SparkSubmitOperator:
         "tables": Param(
             [],
             type="array",
-            items={"type": "string", "pattern": TABLE_NAME_PATTERN},
+            items={"type": "string", "pattern": steps.TABLE_NAME_PATTERN},
             uniqueItems=True,
             title="Tables",
             description=(

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import TABLE_NAME_PATTERN as TABLE_NAME_PATTERN  # the trigger form's check of a name
 from ..config import ConfigError, load_config
 from ..phase import Phase
 from . import limits
