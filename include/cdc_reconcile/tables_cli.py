@@ -52,7 +52,10 @@ class Connect:
         response = self._call("GET", "/config")
         if response.status_code == 404:
             raise InputError(f"Kafka Connect at {self.url} has no connector {self.connector!r}; check --connector")
-        response.raise_for_status()
+        if response.status_code >= 400:
+            raise UnreachableError(
+                f"Kafka Connect at {self.url} answered {response.status_code} for {self.connector!r}: {response.text}"
+            )
         return response.json()
 
     def put_config(self, config: dict[str, str]) -> None:
