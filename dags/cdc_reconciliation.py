@@ -36,7 +36,6 @@ from cdc_reconcile.orchestration import limits
 from cdc_reconcile.orchestration import tasks as steps
 from cdc_reconcile.orchestration.alerts import CRITICAL, WARNING, ReconciliationNotifier, run_deadline
 
-CONFIGURED_TABLES = steps.configured_tables()
 LAKE_TABLES = AssetAlias("cdc_lake_tables")
 RUN_ARGS = ["--run-id", "{{ run_id }}", "--lake-root", "{{ var.value.cdc_lake_root }}"]
 SPARK_ENV = {
@@ -84,15 +83,18 @@ def spark_job(task_id: str, job: str, arguments: list) -> SparkSubmitOperator:
         "on_failure_callback": [ReconciliationNotifier(CRITICAL)],
     },
     params={
+        # No enum: the table configuration ($CDC_TABLES_CONFIG) is a file, and the DAG reads none while
+        # it is parsed. plan_tables checks the names against it when the run starts.
         "tables": Param(
-            CONFIGURED_TABLES,
+            [],
             type="array",
-            items={"type": "string", "enum": CONFIGURED_TABLES},
-            examples=CONFIGURED_TABLES,
-            minItems=1,
+            items={"type": "string", "pattern": steps.TABLE_NAME_PATTERN},
             uniqueItems=True,
             title="Tables",
-            description="Which configured tables to reconcile.",
+            description=(
+                "schema.table names from the table configuration ($CDC_TABLES_CONFIG, else the built-in one); "
+                "empty: every configured table. An unconfigured name fails the run's first task."
+            ),
         ),
         "mode": Param(
             "repair",

@@ -10,7 +10,8 @@
   (Debezium emits in commit order; ``source.lsn`` alone is wrong), then a
   sub-position so that repair events sit right after the offset they were placed at. A snapshot round
   is a complete table image, so its first offset resets its partition: older events and older lake
-  rows there no longer count. Unchanged TOAST columns are filled from the key's previous state.
+  rows there no longer count. An incremental snapshot is not one: its reads are upserts. Unchanged
+  TOAST columns are filled from the key's previous state.
 * A ``TRUNCATE`` (op ``t``, no key) empties the table: every change before the newest truncate of
   the range, and every row of the previous lake table older than it, no longer count. Truncates stay
   in the changelog, so each fold (the table, the table as of a snapshot) applies the ones it sees.
@@ -36,6 +37,8 @@ TRUNCATE_KEY = '"TRUNCATE"'
 REDELIVERY = "redelivery"
 SNAPSHOT_RERUN = "snapshot_rerun"
 ORIGIN_DEBEZIUM = "debezium"
+# ``source.snapshot`` of the reads of an incremental (chunked, signal-started) snapshot
+INCREMENTAL_SNAPSHOT = "incremental"
 ORIGIN_RECONCILE = "reconcile"
 IDENTITY = ("key", "op", "source_txid", "source_lsn")
 # lake-table metadata column -> the changelog column it keeps
@@ -190,6 +193,16 @@ def _snapshot_read() -> Column:
     return (F.col("op") == "r") & (F.col("origin") == ORIGIN_DEBEZIUM)
 
 
+def _table_image_read() -> Column:
+    """A read of a snapshot round that images the whole table (the initial snapshot, or its re-run).
+
+    An incremental snapshot's reads (``source.snapshot`` = ``incremental``, no txId) are not: Debezium
+    emits each chunk after the changes streamed during the chunk's window and leaves out the keys those
+    changed, so the reads fold as ordinary upserts in emission order and reset nothing.
+    """
+    return _snapshot_read() & (F.coalesce(F.col("source_snapshot"), F.lit("")) != F.lit(INCREMENTAL_SNAPSHOT))
+
+
 def snapshot_resets(changelog: DataFrame, history: DataFrame | None = None) -> DataFrame:
     """Per partition, the first offset of the newest snapshot round that starts in this range.
 
@@ -197,7 +210,9 @@ def snapshot_resets(changelog: DataFrame, history: DataFrame | None = None) -> D
     in an earlier range has already reset the lake table then. Repair events (op ``r``, origin
     ``reconcile``) are single rows, not snapshot rounds: they never reset anything.
     """
-    rounds = changelog.filter(_snapshot_read()).groupBy("partition", "source_txid").agg(F.min("offset").alias("start"))
+    rounds = (
+        changelog.filter(_table_image_read()).groupBy("partition", "source_txid").agg(F.min("offset").alias("start"))
+    )
     if history is not None:
         seen = history.filter(_snapshot_read()).select("partition", "source_txid").distinct()
         rounds = rounds.join(seen, ["partition", "source_txid"], "left_anti")

@@ -325,11 +325,12 @@ def test_connector_payload(connector_payload: dict[str, str]) -> None:
         "slot.name": "cdc_reconcile",
         "snapshot.mode": "initial",
         "database.hostname": "postgres",
+        "signal.data.collection": "public.debezium_signal",
     }
     for key, value in expected.items():
         assert connector_payload.get(key) == value, key
     tables = connector_payload["table.include.list"].split(",")
-    assert tables == ["public.customers", "public.order_lines", "public.cdc_watermark"]
+    assert tables == ["public.customers", "public.order_lines", "public.cdc_watermark", "public.debezium_signal"]
     assert all(isinstance(value, str) for value in connector_payload.values()), "Connect wants strings"
 
 

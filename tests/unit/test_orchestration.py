@@ -115,13 +115,23 @@ def test_a_dry_run_fails_and_reports_nothing_repaired(recorded):
 
 
 def test_select_tables_keeps_the_configured_order_and_refuses_unknown_tables():
-    assert tasks.select_tables(None) == tasks.configured_tables()
+    assert tasks.select_tables(None) == ["public.customers", "public.order_lines"]
     assert tasks.select_tables(["public.order_lines", "public.customers"]) == [
         "public.customers",
         "public.order_lines",
     ]
-    with pytest.raises(ConfigError, match=r"\['public.nope'\] are not configured"):
+    with pytest.raises(ConfigError, match=r"\['public.nope'\] are not configured in the built-in configuration"):
         tasks.select_tables(["public.nope"])
+
+
+def test_select_tables_reads_the_yaml_configuration_the_jobs_read(tmp_path, monkeypatch):
+    path = tmp_path / "tables.yaml"
+    path.write_text("tables:\n  - name: public.customers\n    key: [id]\n  - name: sales.orders\n    key: [id]\n")
+    monkeypatch.setenv("CDC_TABLES_CONFIG", str(path))
+    assert tasks.select_tables(["sales.orders"]) == ["sales.orders"]
+    assert tasks.select_tables([]) == ["public.customers", "sales.orders"]
+    with pytest.raises(ConfigError, match=rf"\['public.order_lines'\] are not configured in {path}.*cdc-tables add"):
+        tasks.select_tables(["public.order_lines"])
 
 
 class Connection:

@@ -100,6 +100,7 @@ def test_the_wheel_holds_the_product_and_its_sql_but_not_the_dev_tools(wheel: Pa
     assert "cdc_reconcile/orchestration/tasks.py" in names
     assert [name for name in names if "cdc_dev" in Path(name).parts] == []
     assert "cdc_dev" not in entry_points, f"the product installs commands of the dev tools:\n{entry_points}"
+    assert "cdc-tables = cdc_reconcile.tables_cli:main" in entry_points, entry_points
 
 
 def test_in_the_product_venv_the_product_comes_from_the_wheel_and_the_dev_tools_are_absent(

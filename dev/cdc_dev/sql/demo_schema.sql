@@ -30,3 +30,11 @@ CREATE TABLE IF NOT EXISTS public.cdc_watermark (
     run_id      text        NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- Debezium's signal table (the connector's signal.data.collection): a row of type execute-snapshot
+-- starts an incremental snapshot of the tables it names (`cdc-tables add` writes one for a new table).
+CREATE TABLE IF NOT EXISTS public.debezium_signal (
+    id          varchar(64) PRIMARY KEY,
+    type        varchar(32) NOT NULL,
+    data        text
+);

@@ -56,6 +56,9 @@ class StackConfig:
     slot_name: str = "cdc_reconcile"
     publication_name: str = "cdc_reconcile"
     captured_tables: tuple[str, ...] = ("public.customers", "public.order_lines", "public.cdc_watermark")
+    # Debezium's signal table (``signal.data.collection``), captured with the tables: ``cdc-tables add``
+    # asks for an incremental snapshot of a new table by inserting a row into it
+    signal_table: str = "public.debezium_signal"
     airflow_user: str = "admin"
     airflow_db: str = "airflow"
     airflow_db_user: str = "airflow"

@@ -21,6 +21,7 @@ HELD_STATES = ("PAUSED", "STOPPED")
 def connector_config(config: StackConfig, *, schemas: bool = True, exactly_once: str = "required") -> dict[str, str]:
     """The Debezium PostgreSQL connector as this project runs it."""
     schemas_flag = "true" if schemas else "false"
+    captured = list(dict.fromkeys([*config.captured_tables, config.signal_table]))
     return {
         "connector.class": POSTGRES_CONNECTOR,
         "tasks.max": "1",
@@ -30,7 +31,8 @@ def connector_config(config: StackConfig, *, schemas: bool = True, exactly_once:
         "database.password": config.pg_password,
         "database.dbname": config.pg_database,
         "topic.prefix": config.topic_prefix,
-        "table.include.list": ",".join(config.captured_tables),
+        "table.include.list": ",".join(captured),
+        "signal.data.collection": config.signal_table,
         "plugin.name": "pgoutput",
         "slot.name": config.slot_name,
         "publication.name": config.publication_name,

@@ -1,7 +1,8 @@
 """Table configuration: which tables are reconciled, their keys, and their Debezium topics.
 
-The default is ``tables.py`` beside this file (configuration as code); ``CDC_TABLES_CONFIG`` or a
-path may name a YAML file of the same shape instead. Only names that appear in the configuration
+One configuration serves the DAG's tasks and the Spark jobs alike: the YAML file named by
+``CDC_TABLES_CONFIG`` (or a path), else the built-in default in ``tables.py`` beside this file.
+``cdc-tables add`` writes the YAML file. Only names that appear in the configuration
 ever reach SQL, and each is checked to be a plain ``schema.table`` identifier.
 """
 
@@ -17,6 +18,8 @@ import yaml
 from ..errors import InputError
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# a ``schema.table`` name as the configuration accepts it (JSON Schema pattern for the trigger form)
+TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class ConfigError(InputError, ValueError):
@@ -106,7 +109,7 @@ def parse_config(document: dict, source: str = DEFAULT_SOURCE) -> PipelineConfig
 
 
 def default_config() -> PipelineConfig:
-    """The shipped configuration; reads no file, so a DAG may call it while it is parsed."""
+    """The built-in configuration, used when no YAML file is named."""
     from .tables import TABLES
 
     return parse_config(TABLES, DEFAULT_SOURCE)

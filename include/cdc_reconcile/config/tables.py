@@ -1,9 +1,9 @@
 """The tables the reconciliation runs over: configuration as code.
 
 ``key`` lists the primary-key columns in order (a compound key lists several). The Debezium topic is
-``<topic_prefix>.<name>``. It is Python, not a file, so the DAG can build its trigger form's table
-choices at parse time without reading anything; ``CDC_TABLES_CONFIG`` may still point a job at a YAML
-file of the same shape.
+``<topic_prefix>.<name>``. The built-in default: a deployment names its own YAML file of the same
+shape in ``CDC_TABLES_CONFIG`` (``cdc-tables add`` starts one from this), read by the DAG's tasks and
+the jobs alike.
 """
 
 TABLES = {

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ConfigError, default_config, load_config
+from ..config import TABLE_NAME_PATTERN as TABLE_NAME_PATTERN  # the trigger form's check of a name
+from ..config import ConfigError, load_config
 from ..phase import Phase
 from . import limits
 from .alerts import OUTCOME_KEY
@@ -196,19 +198,22 @@ def recorded_outcomes(
 # -- the Python tasks ----------------------------------------------------------------------------------
 
 
-def configured_tables() -> list[str]:
-    """The shipped configuration's tables, for the trigger form (reads no file: safe at parse time)."""
-    return default_config().names
-
-
 def select_tables(requested: Sequence[str] | None) -> list[str]:
-    """The tables this run covers: the requested ones, each checked against the configuration."""
+    """The tables this run covers: the requested ones (none: all), each checked against the configuration.
+
+    The trigger form cannot list the configured tables (the DAG reads no file while it is parsed), so
+    this is where a name the configuration lacks is refused, naming the configuration it was looked up in.
+    """
     config = load_config()
     if not requested:
         return config.names
     unknown = [name for name in requested if name not in config.names]
     if unknown:
-        raise ConfigError(f"tables {unknown} are not configured; configured tables: {config.names}")
+        source = os.environ.get("CDC_TABLES_CONFIG") or "the built-in configuration (cdc_reconcile/config/tables.py)"
+        raise ConfigError(
+            f"tables {unknown} are not configured in {source}; configured tables: {config.names}. "
+            "Add a table with `cdc-tables add schema.table --key column`"
+        )
     return [name for name in config.names if name in requested]
 
 
