@@ -98,7 +98,7 @@ def test_a_truncate_under_load_empties_the_lake_table_and_nothing_is_repaired(
 ):
     pg.execute(f"INSERT INTO {TABLE} SELECT g, 'row ' || g, g % 7 FROM generate_series(1, 300) g")
     watermark = f"{PREFIX}.{load_config().watermark_table}"
-    summary, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-1", watermark_topic=watermark)
+    _, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-1", watermark_topic=watermark)
     assert report.clean, report.as_dict()
     assert lake_rows(tmp_path) == source_rows(pg)
 
@@ -107,11 +107,11 @@ def test_a_truncate_under_load_empties_the_lake_table_and_nothing_is_repaired(
         pg.execute(f"TRUNCATE {TABLE}")
         truncated_at = writer.transactions
         eventually(lambda: writer.wrote_at_least(truncated_at + 50), timeout=120, what="writes after the truncate")
-        summary, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-2", watermark_topic=watermark)
+        _, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-2", watermark_topic=watermark)
         assert writer.wrote_at_least(truncated_at + 51)
 
     assert report.clean, report.as_dict()
     assert not set(range(1, 301)) & set(lake_rows(tmp_path)), "rows from before the truncate are still in the lake"
-    summary, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-3", watermark_topic=watermark)
+    _, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-3", watermark_topic=watermark)
     assert report.clean, report.as_dict()
     assert lake_rows(tmp_path) == source_rows(pg)

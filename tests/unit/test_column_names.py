@@ -13,8 +13,9 @@ from cdc_reconcile.debezium.pgtypes import table_schema
 from cdc_reconcile.diff import EXTRA, MISSING, STALE, diff_rows, duplicate_keys, lake_as_of, summarise, visible_changes
 from cdc_reconcile.repair import audit_rows, repair_events, resolve_duplicates
 from cdc_reconcile.visibility import PgSnapshot
-
-from .test_compaction import TOPIC, parsed, typed_changelog
+from tests.support.frames import ITEMS_TOPIC as TOPIC
+from tests.support.frames import item_changes as parsed
+from tests.support.frames import typed_changelog
 
 SPEC = {"order.id": "bigint", "line no": "integer", "unit price": "double precision", "note`s.text": "text"}
 KEY = ("order.id", "line no")
