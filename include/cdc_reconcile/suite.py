@@ -22,8 +22,8 @@ Seven datasets of one run are validated, each by its own suite:
   so the diff may not see them either (expected: none).
 
 Results go to the GX file context's validation store and Data Docs
-(``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``); the run's summary goes to the state
-database through the caller.
+(``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``, made to read offline by
+:mod:`offline_docs`); the run's summary goes to the state database through the caller.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .offline_docs import make_offline
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -228,6 +230,7 @@ def run_suite(
             )
             checks.extend(_check(dataset, r) for r in result.results)
         context.build_data_docs()
+        make_offline(data_docs_index(root).parent)
     return SuiteOutcome(
         table=table,
         run_id=run_id,
