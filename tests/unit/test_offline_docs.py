@@ -75,3 +75,17 @@ def test_a_page_is_pointed_at_the_site_copies_relative_to_its_folder(tmp_path):
         assert (page.parent / href).resolve().is_file(), href
 
     assert make_offline(site) == 0, "a rewritten site is left as it is"
+
+
+def test_the_vendoring_tool_packs_each_package_version_once_with_every_file_it_needs():
+    from cdc_dev.vendor_assets import files_by_package
+
+    packages = files_by_package()
+    assert len({(a.package, a.version) for a in packages}) == len(packages)
+    kept = {f"{asset.folder}/{name}" for asset, names in packages.items() for name in names}
+    assert {asset.vendored for asset in ASSETS.values()} <= kept
+    assert {f"fortawesome-fontawesome-free@6.6.0/{font}" for font in FONT_AWESOME_FONTS} <= kept
+    on_disk = {p.relative_to(ASSETS_DIR).as_posix() for p in ASSETS_DIR.rglob("*") if p.is_file()}
+    assert kept <= on_disk and not {
+        p for p in on_disk - kept if not p.endswith(("LICENSE", "LICENSE.txt", "README.md"))
+    }
