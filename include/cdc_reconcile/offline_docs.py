@@ -3,21 +3,28 @@ served from copies inside the built site instead.
 
 GX's page templates load Bootstrap, bootstrap-table, jQuery, Font Awesome and Vega from CDNs. On a
 machine without internet the pages render unstyled and the index's lists stay empty (bootstrap-table
-fills them from script). The same files, byte for byte, are vendored in this package from the npm
-registry (``data_docs_assets/``, refreshed with ``python -m cdc_dev.vendor_assets``); after each
-build :func:`make_offline` copies them to ``<site>/static/vendor/`` and points every page at them.
+fills them from script). The same files, byte for byte, come from the npm registry into a folder the
+deployment names with ``CDC_DATA_DOCS_ASSETS`` (filled by ``python -m cdc_dev.vendor_assets --target
+DIR``; the dev set-up fills ``.cache/data-docs-assets``); after each build :func:`make_offline`
+copies them to ``<site>/static/vendor/`` and points every page at them. Without the setting the
+pages keep their CDN links.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-ASSETS_DIR = Path(__file__).with_name("data_docs_assets")
+from .errors import InputError
+
+ASSETS_ENV = "CDC_DATA_DOCS_ASSETS"
+FILL_COMMAND = "python -m cdc_dev.vendor_assets --target DIR"
 VENDOR = "static/vendor"
 STAMP = ".cdc-vendored"
 
@@ -33,7 +40,7 @@ class Asset:
 
     @property
     def folder(self) -> str:
-        """The package's folder under ``data_docs_assets/``: ``name@version``, a scope's ``@`` and ``/`` flattened."""
+        """The package's folder in the assets folder: ``name@version``, a scope's ``@`` and ``/`` flattened."""
         return f"{self.package.lstrip('@').replace('/', '-')}@{self.version}"
 
     @property
@@ -81,6 +88,7 @@ ASSETS = _assets(
     ("https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js", "popper.js", "1.12.9",
      "dist/umd/popper.min.js"),
 )  # fmt: skip
+FONT_AWESOME = "@fortawesome/fontawesome-free"
 # Files the stylesheets above load by relative path (browsers take the first format they read: woff2).
 FONT_AWESOME_FONTS = tuple(
     f"webfonts/{name}.woff2" for name in ("fa-brands-400", "fa-regular-400", "fa-solid-900", "fa-v4compatibility")
@@ -127,24 +135,52 @@ def _fingerprint(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def copy_assets(site: Path) -> Path:
-    """The vendored files in ``<site>/static/vendor``, copied again only when they changed."""
+def configured_assets_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The assets folder ``$CDC_DATA_DOCS_ASSETS`` names, or None when the deployment sets none."""
+    value = environ.get(ASSETS_ENV, "").strip()
+    return Path(value) if value else None
+
+
+def required_files() -> list[str]:
+    """Every file the rewritten pages load, relative to the assets folder."""
+    files = {asset.vendored for asset in ASSETS.values()}
+    for asset in ASSETS.values():
+        if asset.package == FONT_AWESOME:
+            files.update(f"{asset.folder}/{font}" for font in FONT_AWESOME_FONTS)
+    return sorted(files)
+
+
+def check_assets(assets_dir: str | Path) -> Path:
+    """``assets_dir`` as a path, or an :class:`InputError` naming the first file it lacks and how to fill it."""
+    folder = Path(assets_dir)
+    for name in required_files():
+        if not (folder / name).is_file():
+            raise InputError(
+                f"{ASSETS_ENV}={folder} lacks {name}: fill the folder with `{FILL_COMMAND.replace('DIR', str(folder))}`"
+            )
+    return folder
+
+
+def copy_assets(site: Path, assets_dir: str | Path) -> Path:
+    """The assets in ``<site>/static/vendor``, copied again only when they changed."""
+    source = check_assets(assets_dir)
     target = site / VENDOR
-    fingerprint = _fingerprint(ASSETS_DIR)
+    fingerprint = _fingerprint(source)
     stamp = target / STAMP
     if not (stamp.exists() and stamp.read_text() == fingerprint):
-        shutil.copytree(ASSETS_DIR, target, dirs_exist_ok=True)
+        shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".*"))
         stamp.write_text(fingerprint)
     return target
 
 
-def make_offline(site: str | Path) -> int:
-    """Copy the assets into a built Data Docs site and rewrite its pages; returns how many pages changed.
+def make_offline(site: str | Path, assets_dir: str | Path) -> int:
+    """Copy the assets from ``assets_dir`` into a built Data Docs site and rewrite its pages.
 
-    Idempotent: a page already rewritten has no CDN link left and is not written again.
+    Returns how many pages changed. Idempotent: a page already rewritten has no CDN link left and is
+    not written again.
     """
     root = Path(site)
-    copy_assets(root)
+    copy_assets(root, assets_dir)
     changed = 0
     for page in root.rglob("*.html"):
         if VENDOR in page.relative_to(root).as_posix():
@@ -158,3 +194,16 @@ def make_offline(site: str | Path) -> int:
             page.write_text(rewritten, encoding="utf-8")
             changed += 1
     return changed
+
+
+def finish_site(site: str | Path, assets_dir: str | Path | None) -> int:
+    """:func:`make_offline` with the configured assets; without them the pages keep their CDN links (logged)."""
+    if assets_dir is None:
+        logging.getLogger(__name__).warning(
+            "Data Docs keep their CDN links (they need network to render): set %s to a folder filled by `%s`, "
+            "or serve the CDN files",
+            ASSETS_ENV,
+            FILL_COMMAND,
+        )
+        return 0
+    return make_offline(site, assets_dir)
