@@ -1,13 +1,16 @@
-"""Refresh the Data Docs assets vendored in the product (``cdc_reconcile/data_docs_assets``) from npm.
+"""Fill a folder with the Data Docs' CDN files from the npm registry (the folder ``CDC_DATA_DOCS_ASSETS`` names).
 
-``python -m cdc_dev.vendor_assets`` packs each package of :data:`cdc_reconcile.offline_docs.ASSETS`
-with ``npm pack`` (the registry's tarball, checked by npm against its integrity), and keeps the
-files the Data Docs load plus each package's license. Run it after changing a version there.
+``python -m cdc_dev.vendor_assets --target DIR`` packs each package of
+:data:`cdc_reconcile.offline_docs.ASSETS` with ``npm pack`` (the registry's tarball, checked by npm
+against its integrity), and keeps the files the Data Docs load plus each package's license. After a
+complete fetch it writes a stamp, the hash of the asset list, so scripts/setup.sh fetches again only
+when that list changed (``--print-stamp`` prints the hash the current list has).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import subprocess
@@ -15,9 +18,17 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from cdc_reconcile.offline_docs import ASSETS, ASSETS_DIR, FONT_AWESOME_FONTS, Asset
+from cdc_dev.stack.config import StackConfig
+from cdc_reconcile.offline_docs import ASSETS, FONT_AWESOME, FONT_AWESOME_FONTS, Asset
 
 LICENSE_NAMES = ("LICENSE", "LICENSE.txt", "LICENSE.md")
+STAMP = ".cdc-stamp"
+
+
+def assets_stamp() -> str:
+    """The hash of the asset list: what a filled folder was fetched for."""
+    rows = sorted((a.url, a.package, a.version, a.path) for a in ASSETS.values())
+    return hashlib.sha256(json.dumps([rows, list(FONT_AWESOME_FONTS)]).encode()).hexdigest()
 
 
 def files_by_package() -> dict[Asset, list[str]]:
@@ -26,7 +37,7 @@ def files_by_package() -> dict[Asset, list[str]]:
     for asset in ASSETS.values():
         _, files = packages.setdefault((asset.package, asset.version), (asset, []))
         files.append(asset.path)
-        if asset.package == "@fortawesome/fontawesome-free":
+        if asset.package == FONT_AWESOME:
             files.extend(FONT_AWESOME_FONTS)
     return {asset: files for asset, files in packages.values()}
 
@@ -61,12 +72,12 @@ def unpack(asset: Asset, files: list[str], work: Path, target: Path) -> tuple[st
     return declared, kept
 
 
-README = """# Data Docs assets, vendored from the npm registry
+README = """# Data Docs assets, from the npm registry
 
 The stylesheets, scripts and fonts that Great Expectations' Data Docs link from public CDNs, so the
-pages read offline (`cdc_reconcile.offline_docs`). Written by `python -m cdc_dev.vendor_assets`;
-do not edit by hand. Each folder is one npm package at one version, with its license file where the
-package ships one.
+pages read offline (`cdc_reconcile.offline_docs`, with `CDC_DATA_DOCS_ASSETS` naming this folder).
+Written by `python -m cdc_dev.vendor_assets --target DIR`; do not edit by hand. Each folder is one
+npm package at one version, with its license file where the package ships one.
 
 | folder | package | license | files |
 | --- | --- | --- | --- |
@@ -75,8 +86,17 @@ package ships one.
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cdc_dev.vendor_assets", description=__doc__.splitlines()[0])
-    parser.add_argument("--target", type=Path, default=ASSETS_DIR, help="where the files go (replaced)")
+    parser.add_argument(
+        "--target",
+        type=Path,
+        default=StackConfig().data_docs_assets_dir,
+        help="where the files go (replaced; default: the dev set-up's cache, .cache/data-docs-assets)",
+    )
+    parser.add_argument("--print-stamp", action="store_true", help="print the asset list's hash and exit")
     args = parser.parse_args(argv)
+    if args.print_stamp:
+        print(assets_stamp())
+        return 0
     with tempfile.TemporaryDirectory(prefix="cdc-vendor-") as work:
         staged = Path(work) / "assets"
         rows = []
@@ -88,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         (staged / "README.md").write_text(README + "\n".join(rows) + "\n")
         shutil.rmtree(args.target, ignore_errors=True)
         shutil.copytree(staged, args.target)
+        (args.target / STAMP).write_text(assets_stamp() + "\n")
     return 0
 
 

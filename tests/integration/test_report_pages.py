@@ -196,11 +196,11 @@ return {
 """
 
 
-def test_data_docs_are_styled_and_list_their_validations_without_network(tmp_path, artifacts: Path):
+def test_data_docs_are_styled_and_list_their_validations_without_network(tmp_path, artifacts: Path, stack_env):
     index = build_data_docs(tmp_path / "gx_project")
     as_built = tmp_path / "as_built"
     shutil.copytree(index.parent, as_built)
-    make_offline(index.parent)
+    make_offline(index.parent, stack_env["CDC_DATA_DOCS_ASSETS"])
 
     with chromium(offline=True) as driver:
         driver.get((as_built / "index.html").as_uri())

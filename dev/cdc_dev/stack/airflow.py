@@ -149,6 +149,7 @@ def airflow_environment(config: StackConfig) -> dict[str, str]:
         "AIRFLOW__API__SECRET_KEY": keys["api_secret_key"],
         "AIRFLOW_VAR_CDC_LAKE_ROOT": str(config.lake_root),
         "CDC_SPARK_JARS": str(config.spark_jars_dir),
+        "CDC_DATA_DOCS_ASSETS": str(config.data_docs_assets_dir),
         # CDC_AIRFLOW_SCHEDULES=off: only triggered runs (the demo and the tests inject a fault first)
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(os.environ.get("CDC_AIRFLOW_SCHEDULES", "on") != "off"),
         # spark_default names ``spark-submit``; the venv's (from pyspark) must be the one found.
