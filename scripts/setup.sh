@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the two README commands need, from package registries only:
-# Debian's PostgreSQL 15 and Chromium, a Python 3.11 virtualenv from PyPI, and the Kafka/Connect/
-# Debezium jars from Maven Central (cached under .cache/). Safe to run twice: each step checks before it works.
+# Debian's PostgreSQL 15, Chromium and npm, a Python 3.11 virtualenv from PyPI, the Kafka/Connect/
+# Debezium jars from Maven Central and the Data Docs' CDN files from the npm registry (both cached
+# under .cache/). Safe to run twice: each step checks before it works.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,13 +18,15 @@ stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
 # 1. Debian packages: PostgreSQL 15 server (no system cluster: the stack makes its own), and Chromium
 #    with its WebDriver for the browser test of the Airflow UI (a test tool's own browser download
-#    cannot be fetched here; Debian's can).
+#    cannot be fetched here; Debian's can). npm packs the Data Docs' stylesheets and scripts (step 4).
 apt_missing=()
 [ -x "$PG_BIN/postgres" ] || apt_missing+=(postgresql-15)
 command -v mvn >/dev/null || apt_missing+=(maven)
 command -v runuser >/dev/null || apt_missing+=(util-linux)
 [ -x /usr/bin/chromium ] || apt_missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || apt_missing+=(chromium-driver)
+command -v node >/dev/null || apt_missing+=(nodejs)
+command -v npm >/dev/null || apt_missing+=(npm)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${apt_missing[*]}"
   as_root mkdir -p /etc/postgresql-common
@@ -54,5 +57,12 @@ if ! stamp_ok "$CACHE/stack/.cdc-stamp" "$mvn_stamp" || [ ! -d "$CACHE/stack/con
   say "fetching Kafka and Debezium from Maven Central"
   mvn -q -B -f "$ROOT/stack/pom.xml" generate-resources -Dstack.cache="$CACHE/stack"
   echo "$mvn_stamp" > "$CACHE/stack/.cdc-stamp"
+fi
+# 4. The files Great Expectations' Data Docs load from CDNs, from the npm registry (CDC_DATA_DOCS_ASSETS
+#    names this folder for the stack and the tests); fetched again when the asset list changes.
+assets_stamp=$(PYTHONPATH="$ROOT/include:$ROOT/dev" "$VENV/bin/python" -m cdc_dev.vendor_assets --print-stamp)
+if ! stamp_ok "$CACHE/data-docs-assets/.cdc-stamp" "$assets_stamp"; then
+  say "fetching the Data Docs assets from the npm registry"
+  PYTHONPATH="$ROOT/include:$ROOT/dev" "$VENV/bin/python" -m cdc_dev.vendor_assets --target "$CACHE/data-docs-assets" >/dev/null
 fi
 say "ready: $("$VENV/bin/python" --version), PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}'), Java $java_major"

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import kafka_offsets, run_state, sealing, state_store, storage
@@ -44,6 +45,7 @@ from .lake import (
     source_rows,
     version_name,
 )
+from .offline_docs import configured_assets_dir
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -73,6 +75,7 @@ class RunSettings:
     bootstrap_servers: str | None = None
     source: SourceDatabase | None = None
     gx_root: str | None = None
+    data_docs_assets: Path | None = field(default_factory=configured_assets_dir)
     decode_options: DecodeOptions = field(default_factory=DecodeOptions)
     pipeline: PipelineConfig = field(default_factory=load_config)
 
@@ -412,6 +415,7 @@ class TableRun:
                 parameters={"snapshot_row_count": counts["snapshot_rows"], "lake_columns": [*spec, *CDC_COLUMNS]},
                 counts=counts,
                 gx_root=gx_root,
+                data_docs_assets=self.settings.data_docs_assets,
             )
         as_of.unpersist()
         diff.unpersist()

@@ -22,7 +22,8 @@ Seven datasets of one run are validated, each by its own suite:
   so the diff may not see them either (expected: none).
 
 Results go to the GX file context's validation store and Data Docs
-(``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``); the run's summary goes to the state
+(``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``, made to read offline by
+:mod:`offline_docs` when the deployment names its assets folder); the run's summary goes to the state
 database through the caller.
 """
 
@@ -35,6 +36,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .offline_docs import check_assets, finish_site
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -202,11 +205,16 @@ def run_suite(
     parameters: Mapping[str, Any],
     counts: Mapping[str, int],
     gx_root: str | Path,
+    data_docs_assets: str | Path | None,
 ) -> SuiteOutcome:
     """Validate the run's datasets, store the results, rebuild Data Docs, and summarise.
 
-    An expectation that raises counts as failed: a suite that cannot run must never pass.
+    ``data_docs_assets``: the folder the Data Docs' CDN files are served from (``$CDC_DATA_DOCS_ASSETS``);
+    None keeps the CDN links. An expectation that raises counts as failed: a suite that cannot run
+    must never pass.
     """
+    if data_docs_assets is not None:
+        check_assets(data_docs_assets)
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
 
@@ -228,6 +236,7 @@ def run_suite(
             )
             checks.extend(_check(dataset, r) for r in result.results)
         context.build_data_docs()
+        finish_site(data_docs_index(root).parent, data_docs_assets)
     return SuiteOutcome(
         table=table,
         run_id=run_id,

@@ -33,6 +33,8 @@ TEST_ENV = {
     "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "58190"),
     # the jobs' jars (Kafka source, JDBC driver) as a deployment names them; here the set-up's cache
     "CDC_SPARK_JARS": os.environ.get("CDC_SPARK_JARS") or str(StackConfig().spark_jars_dir),
+    # the folder the Data Docs' CDN files are served from; here the set-up's cache
+    "CDC_DATA_DOCS_ASSETS": os.environ.get("CDC_DATA_DOCS_ASSETS") or str(StackConfig().data_docs_assets_dir),
 }
 # A DAG folder other than the repo's dags/ (a stand-in DAG while the real one is being written).
 if os.environ.get("CDC_TEST_AIRFLOW_DAGS_FOLDER"):
@@ -123,6 +125,7 @@ def table_run(spark, config: StackConfig, table: TableConfig, lake: Path, run_id
             dsn=config.pg_dsn, jdbc_url=config.pg_jdbc_url, user=config.pg_user, password=config.pg_password
         ),
         pipeline=load_config(),
+        data_docs_assets=Path(TEST_ENV["CDC_DATA_DOCS_ASSETS"]),
     )
     return TableRun(table, run_id, settings, spark=spark)
 

@@ -27,6 +27,7 @@ from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
 from cdc_reconcile import run_state, state_store, storage
+from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.phase import Phase
 from tests.support.kafka import read_topic
 from tests.support.polling import eventually
@@ -170,6 +171,11 @@ def test_a_snapshot_rerun_fails_the_suite_is_repaired_and_warns_once(stack, conf
     assert alert["repaired"] == {k: v for k, v in expected.items() if v}
     assert f"snapshot_rerun {rows}" in alert["text"]
     assert alert["data_docs"] and (config.run_dir / alert["data_docs"]).exists()
+    assert external_resources((config.run_dir / alert["data_docs"]).read_text()) == [], "Data Docs read offline"
+    report, _, anchor = alert["report"].partition("#")
+    assert anchor == f"table-{TABLE}" and f"Trend report: {alert['report']}" in alert["text"]
+    trends = (config.run_dir / report).read_text()
+    assert f'data-table="{TABLE}"' in trends and f'data-run="{result.run_id}"' in trends, "this run in the report"
     assert alert["run_url"].startswith(f"{config.airflow_url}/dags/cdc_reconciliation/runs/")
     assert lake_rows(spark, config) == source_rows(pg), "no committed source row is missing from the lake"
 

@@ -120,6 +120,13 @@ def test_the_message_carries_counts_sample_keys_and_links() -> None:
     assert alerts.data_docs_url(message["data_docs"]) == (
         "file:///srv/cdc/great_expectations/gx/uncommitted/data_docs/local_site/index.html"
     )
+    assert message["report"] == (
+        "/srv/cdc/lake/../great_expectations/gx/uncommitted/data_docs/local_site/cdc_trends.html#table-public.customers"
+    )
+    assert f"Airflow: {message['run_url']}\nTrend report: {message['report']}" in message["text"]
+    assert alerts.report_url(message["report"]) == (
+        "file:///srv/cdc/great_expectations/gx/uncommitted/data_docs/local_site/cdc_trends.html#table-public.customers"
+    )
 
 
 def test_a_slack_webhook_connection_posts_block_kit_through_the_slack_provider(monkeypatch, receiver) -> None:
@@ -146,6 +153,7 @@ def test_a_slack_webhook_connection_posts_block_kit_through_the_slack_provider(m
     assert details["text"]["type"] == "mrkdwn" and len(details["text"]["text"]) <= 3000
     assert '[{"id": 11}, {"id": 12}, {"id": 13}]' in details["text"]["text"]
     assert f"<{message['run_url']}|Airflow run>" in links["elements"][0]["text"]
+    assert "/local_site/cdc_trends.html#table-public.customers|Trend report> · <file://" in links["elements"][0]["text"]
     assert "|Data Docs>" in links["elements"][0]["text"]
 
 
@@ -238,6 +246,7 @@ def test_an_smtp_connection_mails_the_alert_through_the_smtp_provider(monkeypatc
     assert "<th align='left'>Table</th><td>public.customers</td>" in body
     assert "snapshot_rerun 7, missing 2" in body
     assert f'<a href="{message["run_url"]}">Airflow run</a>' in body
+    assert 'local_site/cdc_trends.html#table-public.customers">Trend report</a>' in body
     assert 'data_docs/local_site/index.html">Data Docs</a>' in body
     assert "e.g. [{&quot;id&quot;: 11}" in body
 

@@ -125,6 +125,7 @@ def test_a_suite_still_failing_after_repair_is_critical_and_lists_both_phases_in
     assert lines[after + 1 :] == [
         "  lake_as_of: row-count parity as of the snapshot: observed 998",
         "error: public.customers: the suite still fails after repair",
+        f"Trend report: {DOCS.replace('index.html', 'cdc_trends.html')}#table-{TABLE}",
         f"Data Docs: {DOCS}",
     ]
 
@@ -154,7 +155,13 @@ def test_a_task_that_failed_without_an_outcome_names_the_task_and_its_error():
         f"run: {RUN_ID}",
         "error: cannot connect to the state database 127.0.0.1:5432/state",
     ]
-    assert (alert["table"], alert["found"], alert["repaired"], alert["data_docs"]) == (None, {}, {}, None)
+    assert (alert["table"], alert["found"], alert["repaired"], alert["data_docs"], alert["report"]) == (
+        None,
+        {},
+        {},
+        None,
+        None,
+    )
 
 
 def test_a_failure_outside_the_classes_lists_its_check_but_no_counts():

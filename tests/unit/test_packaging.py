@@ -97,6 +97,8 @@ def test_the_wheel_holds_the_product_and_its_sql_but_not_the_dev_tools(wheel: Pa
         names = archive.namelist()
         entry_points = next((archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")), "")
     assert "cdc_reconcile/sql/state_schema.sql" in names
+    downloaded = [name for name in names if name.endswith((".min.js", ".min.css", ".woff2"))]
+    assert downloaded == [], "third-party files belong in the CDC_DATA_DOCS_ASSETS folder, not in the wheel"
     assert "cdc_reconcile/orchestration/tasks.py" in names
     assert [name for name in names if "cdc_dev" in Path(name).parts] == []
     assert "cdc_dev" not in entry_points, f"the product installs commands of the dev tools:\n{entry_points}"

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cdc_reconcile.compaction import CDC_COLUMNS
+from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.suite import (
     data_docs_index,
     describe,
@@ -57,7 +58,17 @@ def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None,
     }
 
 
-def run(spark, tmp_path, data, snapshot_rows, counts=None, key=KEY, columns=COLUMNS, table="public.order_lines"):
+def run(
+    spark,
+    tmp_path,
+    data_docs_assets,
+    data,
+    snapshot_rows,
+    counts=None,
+    key=KEY,
+    columns=COLUMNS,
+    table="public.order_lines",
+):
     return run_suite(
         data,
         table=table,
@@ -67,6 +78,7 @@ def run(spark, tmp_path, data, snapshot_rows, counts=None, key=KEY, columns=COLU
         parameters={"snapshot_row_count": snapshot_rows, "lake_columns": [*columns, *CDC_COLUMNS]},
         counts=counts or {},
         gx_root=tmp_path / "gx-project",
+        data_docs_assets=data_docs_assets,
     )
 
 
@@ -75,7 +87,7 @@ def gx_root(tmp_path_factory):
     return tmp_path_factory.mktemp("suite")
 
 
-def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root):
+def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root, data_docs_assets):
     data = datasets(
         spark,
         [(1, 1, 5), (1, 2, 6), (2, 1, 7)],
@@ -85,7 +97,7 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root):
         ],
         [],
     )
-    outcome = run(spark, gx_root, data, snapshot_rows=3)
+    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=3)
     assert outcome.success, describe(outcome)
     assert {c["dataset"] for c in outcome.checks} == {
         "lake_as_of",
@@ -97,11 +109,13 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root):
         "quarantine",
     }
     assert len(outcome.checks) == 13
-    assert data_docs_index(gx_root / "gx-project").is_file()
+    index = data_docs_index(gx_root / "gx-project")
+    assert index.is_file()
+    assert external_resources(index.read_text()) == [], "the suite points the Data Docs at the assets folder"
     assert not any(df.is_cached for df in data.values()), "a dataset left cached would hide a later rewrite"
 
 
-def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spark, gx_root):
+def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spark, gx_root, data_docs_assets):
     data = datasets(
         spark,
         [(1, 1, 5), (1, 1, 6), (2, 1, 7)],  # a doubled compound key
@@ -117,7 +131,7 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
         ],
         unrepresentable={"unit_price": 2, "discount": 1},
     )
-    outcome = run(spark, gx_root, data, snapshot_rows=4)
+    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=4)
     assert not outcome.success
     failed = {(c["dataset"], c["check"]): c for c in outcome.failed_checks}
     assert set(failed) == {
@@ -145,14 +159,14 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
     assert "no missing rows: 2 unexpected" in describe(outcome)
 
 
-def test_a_schema_drift_fails_the_schema_check(spark, gx_root):
+def test_a_schema_drift_fails_the_schema_check(spark, gx_root, data_docs_assets):
     data = datasets(spark, [(1, 1, 5)], [], [])
     data["lake_table"] = data["lake_table"].drop("qty")
-    outcome = run(spark, gx_root, data, snapshot_rows=1)
+    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=1)
     assert [c["check"] for c in outcome.failed_checks] == ["schema"]
 
 
-def test_quarantined_records_fail_their_own_check_with_offsets_and_reasons(spark, gx_root):
+def test_quarantined_records_fail_their_own_check_with_offsets_and_reasons(spark, gx_root, data_docs_assets):
     data = datasets(
         spark,
         [(1, 1, 5)],
@@ -163,7 +177,7 @@ def test_quarantined_records_fail_their_own_check_with_offsets_and_reasons(spark
             ("cdc.public.order_lines", 0, 17, '{"order_id":1}', '{"op":"x"}', "unknown op 'x'"),
         ],
     )
-    outcome = run(spark, gx_root, data, snapshot_rows=1, counts={"quarantined": 2})
+    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=1, counts={"quarantined": 2})
     assert not outcome.success
     [failed] = outcome.failed_checks
     assert (failed["dataset"], failed["check"]) == ("quarantine", "no quarantined records")
@@ -191,19 +205,23 @@ def test_the_alert_names_quarantined_records():
     assert "found: quarantined 2" in message["text"]
 
 
-def test_key_and_column_names_with_dots_and_spaces_are_checked_as_names(spark, gx_root):
+def test_key_and_column_names_with_dots_and_spaces_are_checked_as_names(spark, gx_root, data_docs_assets):
     key = ["order.id", "line no"]
     schema = TABLE_SCHEMA.replace("order_id long", "`order.id` long").replace("line_no int", "`line no` int")
     table = spark.createDataFrame(lake_rows([(1, 1, 5), (1, 2, 6)]), schema)
     data = datasets(spark, [], [], [])
     data.update(lake_as_of=table, lake_table=table, lake_keys=lake_keys_dataset(table, key))
     columns = ["order.id", "line no", "qty"]
-    passed = run(spark, gx_root, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted")
+    passed = run(
+        spark, gx_root, data_docs_assets, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted"
+    )
     assert passed.success, describe(passed)
 
     doubled = spark.createDataFrame(lake_rows([(1, 1, 5), (1, 1, 6)]), schema)
     data.update(lake_as_of=doubled, lake_table=doubled, lake_keys=lake_keys_dataset(doubled, key))
-    failed = run(spark, gx_root, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted")
+    failed = run(
+        spark, gx_root, data_docs_assets, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted"
+    )
     [unique] = failed.failed_checks
     assert unique["check"] == "primary-key uniqueness"
     assert unique["samples"] == ['{"order.id":1,"line no":1}', '{"order.id":1,"line no":1}']

@@ -151,6 +151,7 @@ def airflow_environment(config: StackConfig) -> dict[str, str]:
         "CDC_SPARK_JARS": str(config.spark_jars_dir),
         # the table configuration the tasks and, through them, the Spark jobs read (empty: the built-in one)
         "CDC_TABLES_CONFIG": os.environ.get("CDC_TABLES_CONFIG", ""),
+        "CDC_DATA_DOCS_ASSETS": str(config.data_docs_assets_dir),
         # CDC_AIRFLOW_SCHEDULES=off: only triggered runs (the demo and the tests inject a fault first)
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(os.environ.get("CDC_AIRFLOW_SCHEDULES", "on") != "off"),
         # spark_default names ``spark-submit``; the venv's (from pyspark) must be the one found.

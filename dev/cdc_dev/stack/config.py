@@ -74,6 +74,11 @@ class StackConfig:
         return self.cache_dir / "stack" / "spark-jars"
 
     @property
+    def data_docs_assets_dir(self) -> Path:
+        """The Data Docs' CDN files scripts/setup.sh fetched (``CDC_DATA_DOCS_ASSETS`` for the jobs)."""
+        return self.cache_dir / "data-docs-assets"
+
+    @property
     def kafka_libs(self) -> Path:
         return self.cache_dir / "stack" / "kafka-libs"
 

@@ -1,7 +1,8 @@
 """Spark job ``validate``: run the expectation suite on one table's datasets of one run.
 
 Exits 0 when the suite ran, whether it passed or not: the verdict goes to the state database
-(``--state-dsn``) and to stdout as JSON, and the DAG decides from it. A suite that cannot run
+(``--state-dsn``) and to stdout as JSON, and the DAG decides from it. With the state database the
+trend report beside the Data Docs is rendered again, this run included. A suite that cannot run
 (missing dataset, unreachable state database) exits 2 or 3 with a message.
 """
 
@@ -14,6 +15,8 @@ from cdc_reconcile.config import TableConfig
 from cdc_reconcile.jobs.job_cli import EXIT_DONE, job_parser, run_job, spark_run, summary_line
 from cdc_reconcile.phase import Phase
 from cdc_reconcile.run import RunSettings
+from cdc_reconcile.state_store import open_state
+from cdc_reconcile.trends.history import report_path, write_report
 
 PROG = "validate"
 
@@ -34,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         with spark_run(PROG, table, args, settings) as run:
             outcome = run.validate(args.phase)
-        print(summary_line(outcome.as_dict()))
+        summary = outcome.as_dict()
+        if args.state_dsn:
+            with open_state(args.state_dsn) as conn:
+                summary["trend_report"] = str(write_report(conn, report_path(settings.gx_root)))
+        print(summary_line(summary))
         return EXIT_DONE
 
     return run_job(PROG, args, validate)

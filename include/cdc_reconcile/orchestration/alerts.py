@@ -19,7 +19,7 @@ import html
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
@@ -28,6 +28,7 @@ from airflow.sdk import BaseNotifier
 
 from ..phase import Phase
 from ..suite import describe
+from ..trends.page import report_link
 from . import limits
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ def alert_message(
 ) -> dict[str, Any]:
     """The alert's content: a title, counts by class, failed checks with sample keys, and where to look."""
     outcome = outcome or {}
+    report = report_link(outcome.get("data_docs"), outcome.get("table"))
     table = outcome.get("table", "?")
     found = {k: int(v) for k, v in (outcome.get("found") or {}).items() if k in CLASSES and v}
     repaired = {k: int(v) for k, v in (outcome.get("repaired") or {}).items() if v}
@@ -100,6 +102,8 @@ def alert_message(
         lines.append(f"error: {error}")
     if run_url:
         lines.append(f"Airflow: {run_url}")
+    if report:
+        lines.append(f"Trend report: {report}")
     if outcome.get("data_docs"):
         lines.append(f"Data Docs: {outcome['data_docs']}")
     return {
@@ -114,6 +118,7 @@ def alert_message(
         "repaired": repaired,
         "sample_keys": sample_keys(outcome),
         "run_url": run_url,
+        "report": report,
         "data_docs": outcome.get("data_docs"),
     }
 
@@ -132,6 +137,29 @@ def data_docs_url(path: str | None) -> str | None:
     if "://" in path:
         return path
     return f"file://{quote(os.path.normpath(path))}" if os.path.isabs(path) else None
+
+
+def report_url(link: str | None) -> str | None:
+    """The trend report's link as a URL (see :func:`data_docs_url`), its table's fragment kept."""
+    if not link:
+        return None
+    path, _, fragment = link.partition("#")
+    url = data_docs_url(path)
+    return f"{url}#{fragment}" if url and fragment else url
+
+
+def _links(
+    message: Mapping[str, Any], link: Callable[[str, str], str], literal: Callable[[str, str], str]
+) -> list[str]:
+    """The run, the trend report and the Data Docs, each as ``link(url, label)`` or, without a URL, a literal."""
+    links = [link(message["run_url"], "Airflow run")] if message.get("run_url") else []
+    for label, where, url in (
+        ("Trend report", message.get("report"), report_url(message.get("report"))),
+        ("Data Docs", message.get("data_docs"), data_docs_url(message.get("data_docs"))),
+    ):
+        if where:
+            links.append(link(url, label) if url else literal(label, where))
+    return links
 
 
 def _slack_escape(text: str) -> str:
@@ -161,11 +189,7 @@ def slack_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in fields.items()]},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"```{details}```"}},
     ]
-    links = [f"<{message['run_url']}|Airflow run>"] if message.get("run_url") else []
-    docs = message.get("data_docs")
-    if docs:
-        url = data_docs_url(docs)
-        links.append(f"<{url}|Data Docs>" if url else f"Data Docs: `{_slack_escape(docs)}`")
+    links = _links(message, lambda url, label: f"<{url}|{label}>", lambda label, at: f"{label}: `{_slack_escape(at)}`")
     if links:
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(links)}]})
     return blocks
@@ -183,11 +207,9 @@ def email_html(message: Mapping[str, Any]) -> str:
         "Repaired": esc(_counts(message["repaired"])),
     }
     table = "".join(f"<tr><th align='left'>{k}</th><td>{v}</td></tr>" for k, v in rows.items())
-    links = [f'<a href="{esc(message["run_url"])}">Airflow run</a>'] if message.get("run_url") else []
-    docs = message.get("data_docs")
-    if docs:
-        url = data_docs_url(docs)
-        links.append(f'<a href="{esc(url)}">Data Docs</a>' if url else f"Data Docs: {esc(docs)}")
+    links = _links(
+        message, lambda url, label: f'<a href="{esc(url)}">{label}</a>', lambda label, at: f"{label}: {esc(at)}"
+    )
     return (
         f"<h3>{esc(message['title'])}</h3><table>{table}</table>"
         f"<pre>{esc(message['text'])}</pre><p>{' · '.join(links)}</p>"
