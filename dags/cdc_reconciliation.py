@@ -61,7 +61,7 @@ def spark_job(task_id: str, job: str, arguments: list) -> SparkSubmitOperator:
         name=f"cdc_{task_id}",
         conf={"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"},
         driver_memory="2g",
-        execution_timeout=limits.SPARK_TASK,
+        execution_timeout=limits.spark_task_timeout(),
     )
 
 

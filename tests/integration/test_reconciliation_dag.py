@@ -5,7 +5,10 @@
   tables again), the suite fails, the repair drops the duplicates, the suite passes again and exactly
   one warning alert names the counts, which equal a count taken straight from Kafka;
 * after lost events (changes made while the table was out of the publication), a dry run cannot
-  repair: the run fails and one critical alert names missing, stale and extra rows.
+  repair: the run fails and one critical alert names missing, stale and extra rows;
+* a Spark job that hangs (its snapshot waits on a lock the test holds on the source table) is
+  stopped at its execution timeout, its ``spark-submit`` and driver are gone, and one critical alert
+  says so.
 
 It runs after ``test_engine`` (file order) on ``public.order_lines``, whose topic the engine tests
 never damaged, so the first run can rebuild its lake from the whole topic (full rescan) whatever
@@ -19,6 +22,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import psutil
 import psycopg
 import pytest
 
@@ -26,8 +30,9 @@ from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
-from cdc_reconcile import run_state, state_store, storage
+from cdc_reconcile import kafka_offsets, run_state, state_store, storage
 from cdc_reconcile.offline_docs import external_resources
+from cdc_reconcile.orchestration.limits import SPARK_TASK_SWITCH
 from cdc_reconcile.phase import Phase
 from tests.support.kafka import read_topic
 from tests.support.polling import eventually
@@ -75,9 +80,14 @@ def alerts() -> Iterator[AlertReceiver]:
     receiver.server.shutdown()
 
 
-def dag_run(config, alerts: AlertReceiver, artifacts, label: str, **params) -> DagRunResult:
+def dag_run(
+    config, alerts: AlertReceiver, artifacts, label: str, env: dict[str, str] | None = None, **params
+) -> DagRunResult:
     result = run_dag(
-        config, {"tables": [TABLE], **params}, extra_env={"AIRFLOW_CONN_CDC_ALERTS": alerts.connection}, label=label
+        config,
+        {"tables": [TABLE], **params},
+        extra_env={"AIRFLOW_CONN_CDC_ALERTS": alerts.connection, **(env or {})},
+        label=label,
     )
     (artifacts / f"dag_run_{label}.json").write_text(
         json.dumps({"run_id": result.run_id, "state": result.state, "seconds": result.seconds, "tasks": result.tasks})
@@ -222,3 +232,54 @@ def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_a
     assert alert["repaired"] == {}
     assert "dry run" in alert["title"]
     assert "no missing rows: 4 unexpected" in alert["text"]
+
+
+def processes_of_run(run_id: str) -> list[str]:
+    """Command lines of live processes started for ``run_id`` (Spark jobs get it as ``--run-id``)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if run_id in cmdline and any("spark" in part for part in cmdline):
+            found.append(" ".join(cmdline))
+    return found
+
+
+def test_a_hung_spark_job_is_stopped_at_its_timeout_and_alerted(stack, config, pg, alerts, artifacts):
+    # The run opens its range on the table's topic first; alone, this test makes sure the topic exists.
+    pg.execute(
+        f"INSERT INTO {TABLE} (order_id, line_no, sku, quantity, unit_price) VALUES (990001, 1, 'HUNG', 1, 1.0) "
+        "ON CONFLICT DO NOTHING"
+    )
+    eventually(
+        lambda: kafka_offsets.list_partitions(config.bootstrap_servers, TOPIC, timeout=5),
+        timeout=120,
+        what=f"topic {TOPIC}",
+        retry_on=(kafka_offsets.TopicNotFound,),
+    )
+    already = len(alerts.received)
+    with psycopg.connect(config.pg_dsn) as holder:
+        holder.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
+        # 45 s per try: the JVM starts well within it and then waits on the lock until it is stopped.
+        result = dag_run(config, alerts, artifacts, "hung-snapshot", env={SPARK_TASK_SWITCH: "0.75"})
+        waiting = holder.execute(
+            "SELECT count(*) FROM pg_locks WHERE relation = %s::regclass AND NOT granted", (TABLE,)
+        ).fetchone()[0]
+    assert result.state == "failed", result
+    assert task(result, "snapshot_source") == "failed"
+    assert result.tries[f"{GROUP}.snapshot_source[0]"] == 2, result.tries
+    assert task(result, "seal_offsets") == "upstream_failed"
+    assert task(result, "compact_cdc") == "upstream_failed"
+    assert waiting >= 1, "the snapshot never reached the source table: nothing hung on the lock"
+    log = result.log.read_text()
+    assert log.count("Sending kill signal to") == 2, "on_kill did not kill spark-submit on each try"
+    assert eventually(
+        lambda: not processes_of_run(result.run_id), timeout=60, what=f"no Spark process of {result.run_id} left"
+    )
+
+    new = alerts.received[already:]
+    assert len(new) == 1, new
+    alert = new[0]
+    assert alert["severity"] == "critical"
+    assert alert["run_id"] == result.run_id
+    assert alert["task_id"] == f"{GROUP}.snapshot_source"
+    assert "execution timeout of 0:00:45" in alert["text"]

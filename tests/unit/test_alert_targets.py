@@ -288,3 +288,15 @@ def test_the_deadline_callback_sends_a_critical_alert_naming_the_run(monkeypatch
     assert body["table"] == "public.order_lines"
     assert "scheduled__2026-01-01T10:00:00+00:00 has not finished 45 minutes after it was queued" in body["title"]
     assert body["run_url"] == (BASE_URL + "dags/cdc_reconciliation/runs/scheduled__2026-01-01T10%3A00%3A00%2B00%3A00")
+
+
+def test_a_timed_out_task_is_described_in_words_and_other_errors_as_they_are() -> None:
+    from datetime import timedelta
+
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    text = alerts.failure_text(AirflowTaskTimeout("Timeout, PID: 4242"), timedelta(minutes=30))
+    assert "still running at its execution timeout of 0:30:00 and was stopped" in text
+    assert "CDC_SPARK_TASK_TIMEOUT" in text and "PID" not in text
+    assert alerts.failure_text(ValueError("bad offsets"), timedelta(minutes=30)) == "bad offsets"
+    assert alerts.failure_text(None, None) is None

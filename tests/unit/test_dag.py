@@ -154,7 +154,7 @@ def test_every_task_has_a_finite_execution_timeout_and_seal_gives_up_first(dagba
     for task in dag.tasks:
         assert task.execution_timeout is not None, f"{task.task_id} may run forever"
         if type(task).__name__ == "SparkSubmitOperator":
-            assert task.execution_timeout == limits.SPARK_TASK, task.task_id
+            assert task.execution_timeout == limits.spark_task_timeout(), task.task_id
         else:
             assert task.execution_timeout <= limits.PYTHON_TASK, task.task_id
     watermark_wait = inspect.signature(tasks.seal_offsets).parameters["timeout"].default
@@ -215,3 +215,16 @@ def test_the_deadline_can_be_left_out_for_airflow_dags_test(monkeypatch):
     assert alerts.run_deadline() is None
     monkeypatch.setenv(limits.DEADLINE_SWITCH, "on")
     assert alerts.run_deadline().interval == limits.RUN_DEADLINE
+
+
+def test_the_spark_task_timeout_can_be_set_in_minutes_and_a_bad_value_is_named(monkeypatch):
+    from cdc_reconcile.orchestration import limits
+
+    monkeypatch.delenv(limits.SPARK_TASK_SWITCH, raising=False)
+    assert limits.spark_task_timeout() == limits.SPARK_TASK
+    monkeypatch.setenv(limits.SPARK_TASK_SWITCH, "0.75")
+    assert limits.spark_task_timeout() == dt.timedelta(seconds=45)
+    for bad in ("soon", "0", "-3", "2000"):
+        monkeypatch.setenv(limits.SPARK_TASK_SWITCH, bad)
+        with pytest.raises(ValueError, match=r"CDC_SPARK_TASK_TIMEOUT=.* is not a number of minutes"):
+            limits.spark_task_timeout()

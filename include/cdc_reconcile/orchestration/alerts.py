@@ -266,6 +266,22 @@ def deliver(message: Mapping[str, Any], conn_id: str, context: Mapping[str, Any]
     return f"{connection.conn_type}:{conn_id}"
 
 
+def failure_text(exception: BaseException | None, execution_timeout: timedelta | None) -> str | None:
+    """What failed, in words: Airflow's own timeout error only says "Timeout, PID: n"."""
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    if exception is None:
+        return None
+    if isinstance(exception, AirflowTaskTimeout):
+        limit = f" of {execution_timeout}" if execution_timeout else ""
+        return (
+            f"the task was still running at its execution timeout{limit} and was stopped (a Spark task's "
+            "spark-submit is killed); look for what it waited on in the task log, for example a lock on the "
+            f"source table or an unreachable broker, or raise {limits.SPARK_TASK_SWITCH} for a larger table"
+        )
+    return str(exception)
+
+
 class ReconciliationNotifier(BaseNotifier):
     """Airflow notifier for the reconciliation DAG's task callbacks.
 
@@ -285,14 +301,13 @@ class ReconciliationNotifier(BaseNotifier):
     def notify(self, context: Mapping[str, Any]) -> None:
         ti = context["ti"]
         outcome = ti.xcom_pull(task_ids=ti.task_id, key=OUTCOME_KEY, map_indexes=ti.map_index)
-        exception = context.get("exception")
         message = alert_message(
             self.severity,
             dag_id=ti.dag_id,
             run_id=ti.run_id,
             task_id=ti.task_id,
             outcome=outcome,
-            error=None if exception is None else str(exception),
+            error=failure_text(context.get("exception"), getattr(ti.task, "execution_timeout", None)),
             run_url=ui_url(ti.dag_id, ti.run_id, ti.task_id, ti.map_index),
         )
         target = deliver(message, self.conn_id, context)

@@ -9,10 +9,14 @@ a day of hourly runs (``max_active_runs=1``).
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 # Spark tasks: a fresh JVM, the Kafka read or the JDBC snapshot, the Great Expectations suite.
 SPARK_TASK = timedelta(minutes=30)
+# CDC_SPARK_TASK_TIMEOUT (minutes, decimals allowed) replaces SPARK_TASK where tables are much larger
+# than the measured ones, or where a test wants a hung job stopped sooner. Read when the DAG is parsed.
+SPARK_TASK_SWITCH = "CDC_SPARK_TASK_TIMEOUT"
 # Python tasks: a few PostgreSQL queries and Kafka metadata calls each.
 PYTHON_TASK = timedelta(minutes=10)
 # seal_offsets waits for the watermark row to be committed in Kafka; the wait gives up first, with an
@@ -25,3 +29,20 @@ RUN_DEADLINE = timedelta(minutes=45)
 # CDC_RUN_DEADLINE=off leaves the deadline out of the DAG: Airflow 3.3's `airflow dags test` fails at
 # the end of a successful run of a DAG that has one (apache/airflow#73428).
 DEADLINE_SWITCH = "CDC_RUN_DEADLINE"
+
+
+def spark_task_timeout() -> timedelta:
+    """Each Spark task's ``execution_timeout``: :data:`SPARK_TASK`, or ``$CDC_SPARK_TASK_TIMEOUT`` minutes."""
+    value = os.environ.get(SPARK_TASK_SWITCH, "").strip()
+    if not value:
+        return SPARK_TASK
+    try:
+        minutes = float(value)
+    except ValueError:
+        minutes = -1.0
+    if not 0 < minutes < 24 * 60:
+        raise ValueError(
+            f"{SPARK_TASK_SWITCH}={value!r} is not a number of minutes between 0 and 1440; "
+            f"unset it for the default of {SPARK_TASK.total_seconds() / 60:.0f} minutes"
+        )
+    return timedelta(minutes=minutes)
