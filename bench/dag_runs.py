@@ -1,0 +1,321 @@
+"""Whole DAG runs through the scheduler, timed the way a user waits for them.
+
+For each scenario: a fresh embedded stack with Airflow on the bench's own ports, ``public.customers``
+loaded with N rows before the connector starts (its initial snapshot is N ``r`` events), one first
+DAG run that builds the lake (not measured), then ``--repeats`` measured runs. Before each measured
+run the scenario's changes are made in PostgreSQL (updates, deletes, inserts in one transaction) and,
+where the scenario repairs, a share of the new change records is produced again to the topic by a
+plain producer (exact redeliveries, what at-least-once delivery does), so the suite fails and the
+reconcile and second validation run too.
+
+Each run is triggered through the REST API like the UI's trigger form and timed from ``queued_at`` to
+``end_date`` as Airflow recorded them. Per task: wall seconds from the task instances, and Spark jobs
+from the Spark event logs (``spark.eventLog.enabled`` through ``SPARK_CONF_DIR``, which the scheduler's
+``spark-submit`` inherits). Peak memory: the sum of the resident memory of every JVM and Python
+process under the Airflow scheduler, sampled every 0.25 s. Beside each run, the same run's changes
+counted from Kafka with a plain consumer say what the run had to read.
+
+Results go to ``bench/results/dag-runs-<timestamp>.json`` and ``.md``. Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+import requests
+
+from bench import stats
+from bench.bench import machine, redeliver
+from cdc_dev.demo import AirflowApi, follow_run
+from cdc_dev.stack import Stack, StackConfig
+from cdc_dev.stack.process import wait_until
+from cdc_reconcile import state_store
+
+DAG_ID = "cdc_reconciliation"
+TABLE = "public.customers"
+ROOT = Path(__file__).resolve().parent
+TARGETS = {"demo": 60.0, "hourly-1m": 120.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """A table size, the changes made before each measured run, and the share of them redelivered."""
+
+    name: str
+    rows: int
+    changes: int
+    redelivered: float
+
+    @property
+    def target_seconds(self) -> float | None:
+        return TARGETS.get(self.name)
+
+
+SCENARIOS = {
+    "demo": Scenario("demo", rows=60_000, changes=1_000, redelivered=0.05),
+    "hourly-1m": Scenario("hourly-1m", rows=1_000_000, changes=100_000, redelivered=0.0),
+}
+
+
+def load_rows(dsn: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO public.customers (name, email, balance, attrs) "
+            "SELECT 'customer ' || g, 'c' || g || '@example.com', (g %% 100000) / 100.0, "
+            "jsonb_build_object('g', g) FROM generate_series(1, %s) g",
+            (rows,),
+        )
+
+
+def make_changes(dsn: str, changes: int, seed: int) -> dict[str, int]:
+    """80 % updates, 10 % deletes, 10 % inserts of random rows, in one transaction."""
+    deletes = inserts = changes // 10
+    updates = changes - deletes - inserts
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SELECT setseed(%s)", (seed / 2**31,))
+        conn.execute(
+            "UPDATE public.customers SET balance = balance + 1 "
+            "WHERE id IN (SELECT id FROM public.customers ORDER BY random() LIMIT %s)",
+            (updates,),
+        )
+        conn.execute(
+            "DELETE FROM public.customers WHERE id IN (SELECT id FROM public.customers ORDER BY random() LIMIT %s)",
+            (deletes,),
+        )
+        conn.execute(
+            "INSERT INTO public.customers (name, email, balance, attrs) "
+            "SELECT 'new ' || g, 'n' || g || '@example.com', 1.0, '{}'::jsonb FROM generate_series(1, %s) g",
+            (inserts,),
+        )
+    return {"updates": updates, "deletes": deletes, "inserts": inserts}
+
+
+def spark_event_logs(run_dir: Path) -> Path:
+    """A ``SPARK_CONF_DIR`` whose defaults turn on event logs; returns the folder the logs go to."""
+    conf_dir = run_dir / "bench-spark-conf"
+    events = run_dir / "spark-events"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    events.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n")
+    os.environ["SPARK_CONF_DIR"] = str(conf_dir)
+    return events
+
+
+def spark_jobs_by_app(events: Path, seen: set[str]) -> dict[str, int]:
+    """Spark jobs per application name in event logs not counted before (``seen`` is updated)."""
+    jobs: dict[str, int] = {}
+    for log in sorted(events.iterdir()):
+        if log.name in seen:
+            continue
+        seen.add(log.name)
+        name, count = log.name, 0
+        with log.open() as lines:
+            for line in lines:
+                if '"SparkListenerJobStart"' in line:
+                    count += 1
+                elif '"SparkListenerApplicationStart"' in line:
+                    name = json.loads(line).get("App Name", name)
+        jobs[name] = jobs.get(name, 0) + count
+    return jobs
+
+
+class TreeMemory:
+    """Peak summed resident memory of a process tree (the scheduler's task runners and their JVMs)."""
+
+    def __init__(self, root_pid: int, interval: float = 0.25) -> None:
+        self.root_pid = root_pid
+        self.interval = interval
+        self.peak_total = 0
+        self.peak_jvm = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-rss", daemon=True)
+
+    def _sample(self) -> None:
+        total = jvm = 0
+        with contextlib.suppress(psutil.Error):
+            for process in psutil.Process(self.root_pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    rss = process.memory_info().rss
+                    total += rss
+                    if "java" in process.name():
+                        jvm += rss
+        self.peak_total = max(self.peak_total, total)
+        self.peak_jvm = max(self.peak_jvm, jvm)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _seconds(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return 0.0
+    return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
+
+
+def task_seconds(task_instances: list[dict[str, Any]]) -> dict[str, float]:
+    """Wall seconds per task (mapped instances summed), short names without the group."""
+    seconds: dict[str, float] = {}
+    for ti in task_instances:
+        name = ti["task_id"].rsplit(".", 1)[-1]
+        seconds[name] = round(seconds.get(name, 0.0) + _seconds(ti.get("start_date"), ti.get("end_date")), 1)
+    return seconds
+
+
+def range_records(config: StackConfig, run_id: str) -> int:
+    """Records in the run's sealed range, counted from Kafka's offsets (no product reader)."""
+    with state_store.connect(config.pg_dsn) as conn:
+        sealed = state_store.get_range(conn, run_id, TABLE)
+    return sum(sealed.end[p] - sealed.start.get(p, 0) for p in sealed.end)
+
+
+def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, seen: set[str], timeout: float) -> dict:
+    scheduler_pid = stack.airflow.processes["scheduler"].pid()
+    with TreeMemory(scheduler_pid) as memory:
+        run_id = api.trigger({"tables": [TABLE]})
+        state, task_instances = follow_run(api, run_id, timeout)
+    run = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}")
+    return {
+        "run_id": run_id,
+        "state": state,
+        "seconds": round(_seconds(run.get("queued_at"), run.get("end_date")), 1),
+        "tasks": task_seconds(task_instances),
+        "spark_jobs": spark_jobs_by_app(events, seen),
+        "peak_rss_mib": round(memory.peak_total / 2**20),
+        "peak_jvm_rss_mib": round(memory.peak_jvm / 2**20),
+    }
+
+
+def run_scenario(scenario: Scenario, repeats: int, timeout: float) -> dict[str, Any]:
+    os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"
+    stack = Stack(airflow=True)
+    config = stack.config
+    stack.down(destroy=True)
+    events = spark_event_logs(config.run_dir)
+    seen: set[str] = set()
+    try:
+        stack.up(register=False)
+        load_rows(config.pg_dsn, scenario.rows)
+        stack.register_connector()
+        api = AirflowApi(config)
+        wait_until(lambda: _dag_ready(api), timeout=300, what=f"DAG {DAG_ID} parsed", interval=2)
+        print(f"== {scenario.name}: first run over {scenario.rows:,} rows (builds the lake; not measured)")
+        first = trigger_and_follow(api, stack, events, seen, timeout)
+        print(f"   {first['state']} in {first['seconds']} s")
+        previous = first["run_id"]
+        runs = []
+        for repeat in range(repeats):
+            changes = make_changes(config.pg_dsn, scenario.changes, seed=repeat + 1)
+            redelivered = 0
+            if scenario.redelivered:
+                with state_store.connect(config.pg_dsn) as conn:
+                    start = state_store.get_range(conn, previous, TABLE).end
+                topic = config.topic_for(TABLE)
+                redelivered = redeliver(
+                    config.bootstrap_servers, topic, start, scenario.redelivered, scenario.changes, timeout=300
+                )
+            run = trigger_and_follow(api, stack, events, seen, timeout)
+            run.update(changes=changes, redelivered=redelivered, range_records=range_records(config, run["run_id"]))
+            print(
+                f"   run {repeat + 1}: {run['state']} in {run['seconds']} s; tasks {json.dumps(run['tasks'])}; "
+                f"peak RSS {run['peak_rss_mib']} MiB"
+            )
+            runs.append(run)
+            previous = run["run_id"]
+        return {"scenario": dataclasses.asdict(scenario), "first_run": first, "runs": runs}
+    finally:
+        stack.down()
+
+
+def _dag_ready(api: AirflowApi) -> bool:
+    try:
+        return not api.get(f"/dags/{DAG_ID}").get("is_paused", False)
+    except requests.HTTPError:
+        return False
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """The scenario's medians: run wall time against its target, per task, Spark jobs, peak memory."""
+    scenario = result["scenario"]
+    runs = [r for r in result["runs"] if r["state"] == "success"]
+    lines = [f"## {scenario['name']}: {scenario['rows']:,} rows, {scenario['changes']:,} changes per run"]
+    if not runs:
+        return [*lines, "", "no measured run succeeded"]
+    wall = stats.summarise([r["seconds"] for r in runs])
+    target = TARGETS.get(scenario["name"])
+    verdict = ""
+    if target is not None:
+        verdict = f" (target <= {target:.0f} s: " + ("met)" if wall["median"] <= target else "missed)")
+    lines += [
+        "",
+        f"DAG run, queued to end: median {wall['median']:.1f} s (min {wall['min']:.1f}, max {wall['max']:.1f}, "
+        f"n={wall['n']}){verdict}; first run (whole lake) {result['first_run']['seconds']} s",
+        "",
+        "| task | median s | Spark jobs |",
+        "| --- | ---: | ---: |",
+    ]
+    for name in runs[0]["tasks"]:
+        median = stats.summarise([r["tasks"].get(name, 0.0) for r in runs])["median"]
+        jobs = [v for app, v in runs[0]["spark_jobs"].items() if app == f"cdc_{name}"]
+        lines.append(f"| {name} | {median:.1f} | {jobs[0] if jobs else '-'} |")
+    peak = stats.summarise([r["peak_rss_mib"] for r in runs])["median"]
+    peak_jvm = stats.summarise([r["peak_jvm_rss_mib"] for r in runs])["median"]
+    lines += ["", f"Peak resident memory of the scheduler's tree: median {peak:,.0f} MiB (JVMs {peak_jvm:,.0f} MiB)"]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", default="demo", help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds one DAG run may take")
+    parser.add_argument("--out", default=str(ROOT / "results"))
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.scenarios.split(",") if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
+    payload: dict[str, Any] = {"started": started, "machine": machine(), "scenarios": []}
+    for name in args.scenarios.split(","):
+        payload["scenarios"].append(run_scenario(SCENARIOS[name], args.repeats, args.timeout))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = started.replace(":", "").replace("-", "")
+    (out / f"dag-runs-{stamp}.json").write_text(json.dumps(payload, indent=2))
+    m = payload["machine"]
+    lines = [
+        f"# DAG runs through the scheduler, {started}",
+        "",
+        f"{m['cpus']} CPUs, {m['memory_gib']} GiB; load average at start "
+        f"{', '.join(f'{x:.2f}' for x in m['loadavg'])}. "
+        f"Command: `bash bench/dag_runs.sh {' '.join(argv or sys.argv[1:])}`",
+    ]
+    for result in payload["scenarios"]:
+        lines += ["", *summary_lines(result)]
+    (out / f"dag-runs-{stamp}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Whole DAG runs through the scheduler (bench/dag_runs.py): set up, run each scenario on the bench's own
+# stack (own ports and run folder, Airflow included), write bench/results/dag-runs-<timestamp>.json and
+# .md, stop the stack. Options go to bench/dag_runs.py, e.g.
+#   bash bench/dag_runs.sh --scenarios demo,hourly-1m --repeats 3
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bash "$ROOT/scripts/setup.sh"
+export CDC_RUN_DIR=${CDC_BENCH_RUN_DIR:-$ROOT/.run/bench-dag-stack}
+export CDC_PG_PORT=${CDC_BENCH_PG_PORT:-55452}
+export CDC_KAFKA_PORT=${CDC_BENCH_KAFKA_PORT:-59112}
+export CDC_KAFKA_CONTROLLER_PORT=${CDC_BENCH_KAFKA_CONTROLLER_PORT:-59113}
+export CDC_CONNECT_PORT=${CDC_BENCH_CONNECT_PORT:-58103}
+export CDC_AIRFLOW_PORT=${CDC_BENCH_AIRFLOW_PORT:-58200}
+cd "$ROOT"
+stop_stack() { "$ROOT/.venv/bin/python" -c 'from cdc_dev.stack import Stack; Stack().down()' || true; }
+trap stop_stack EXIT
+"$ROOT/.venv/bin/python" -m bench.dag_runs "$@"
