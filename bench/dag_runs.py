@@ -112,21 +112,38 @@ def spark_event_logs(run_dir: Path) -> Path:
     return events
 
 
-def spark_jobs_by_app(events: Path, seen: set[str]) -> dict[str, int]:
-    """Spark jobs per application name in event logs not counted before (``seen`` is updated)."""
-    jobs: dict[str, int] = {}
+def spark_applications(events: Path, seen: set[str]) -> list[dict[str, Any]]:
+    """Name, start time (epoch ms) and Spark job count of each event log not read before (``seen`` grows)."""
+    applications = []
     for log in sorted(events.iterdir()):
         if log.name in seen:
             continue
         seen.add(log.name)
-        name, count = log.name, 0
+        application = {"name": log.name, "started_ms": 0, "jobs": 0}
         with log.open() as lines:
             for line in lines:
                 if '"SparkListenerJobStart"' in line:
-                    count += 1
+                    application["jobs"] += 1
                 elif '"SparkListenerApplicationStart"' in line:
-                    name = json.loads(line).get("App Name", name)
-        jobs[name] = jobs.get(name, 0) + count
+                    event = json.loads(line)
+                    application["name"] = event.get("App Name", log.name)
+                    application["started_ms"] = event.get("Timestamp", 0)
+        applications.append(application)
+    return applications
+
+
+def spark_jobs_by_task(task_instances: list[dict[str, Any]], applications: list[dict[str, Any]]) -> dict[str, int]:
+    """Spark jobs per task: an application belongs to the task instance running when it started."""
+    jobs: dict[str, int] = {}
+    for application in applications:
+        started = dt.datetime.fromtimestamp(application["started_ms"] / 1000, dt.UTC)
+        for ti in task_instances:
+            if not ti.get("start_date") or not ti.get("end_date"):
+                continue
+            if dt.datetime.fromisoformat(ti["start_date"]) <= started <= dt.datetime.fromisoformat(ti["end_date"]):
+                name = ti["task_id"].rsplit(".", 1)[-1]
+                jobs[name] = jobs.get(name, 0) + application["jobs"]
+                break
     return jobs
 
 
@@ -200,7 +217,7 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, seen: set[st
         "state": state,
         "seconds": round(_seconds(run.get("queued_at"), run.get("end_date")), 1),
         "tasks": task_seconds(task_instances),
-        "spark_jobs": spark_jobs_by_app(events, seen),
+        "spark_jobs": spark_jobs_by_task(task_instances, spark_applications(events, seen)),
         "peak_rss_mib": round(memory.peak_total / 2**20),
         "peak_jvm_rss_mib": round(memory.peak_jvm / 2**20),
     }
@@ -276,8 +293,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     ]
     for name in runs[0]["tasks"]:
         median = stats.summarise([r["tasks"].get(name, 0.0) for r in runs])["median"]
-        jobs = [v for app, v in runs[0]["spark_jobs"].items() if app == f"cdc_{name}"]
-        lines.append(f"| {name} | {median:.1f} | {jobs[0] if jobs else '-'} |")
+        jobs = runs[0]["spark_jobs"].get(name)
+        lines.append(f"| {name} | {median:.1f} | {'-' if jobs is None else jobs} |")
     peak = stats.summarise([r["peak_rss_mib"] for r in runs])["median"]
     peak_jvm = stats.summarise([r["peak_jvm_rss_mib"] for r in runs])["median"]
     lines += ["", f"Peak resident memory of the scheduler's tree: median {peak:,.0f} MiB (JVMs {peak_jvm:,.0f} MiB)"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from bench import dag_runs
@@ -27,19 +28,31 @@ def test_task_seconds_sum_mapped_instances_under_their_short_name() -> None:
     assert dag_runs.task_seconds(instances) == {"plan_tables": 2.0, "compact_cdc": 40.5, "reconcile": 0.0}
 
 
-def test_spark_jobs_are_counted_per_application_once(tmp_path) -> None:
-    def event_log(name: str, app: str, jobs: int) -> None:
-        lines = [{"Event": "SparkListenerApplicationStart", "App Name": app}]
+def test_spark_jobs_belong_to_the_task_running_when_the_application_started(tmp_path) -> None:
+    def event_log(name: str, app: str, started: str, jobs: int) -> None:
+        ms = int(dt.datetime.fromisoformat(started).timestamp() * 1000)
+        lines = [{"Event": "SparkListenerApplicationStart", "App Name": app, "Timestamp": ms}]
         lines += [{"Event": "SparkListenerJobStart", "Job ID": i} for i in range(jobs)]
         lines += [{"Event": "SparkListenerJobEnd", "Job ID": i} for i in range(jobs)]
         (tmp_path / name).write_text("\n".join(json.dumps(line) for line in lines) + "\n")
 
+    def instance(task: str, start: str, end: str) -> dict:
+        return {"task_id": f"reconcile_table.{task}", "start_date": start, "end_date": end}
+
+    tasks = [
+        instance("validate", "2026-01-01T10:01:00+00:00", "2026-01-01T10:02:00+00:00"),
+        instance("validate_repaired", "2026-01-01T10:03:00+00:00", "2026-01-01T10:04:00+00:00"),
+    ]
     seen: set[str] = set()
-    event_log("local-1", "cdc_compact_cdc", 12)
-    event_log("local-2", "cdc_validate", 5)
-    assert dag_runs.spark_jobs_by_app(tmp_path, seen) == {"cdc_compact_cdc": 12, "cdc_validate": 5}
-    event_log("local-3", "cdc_compact_cdc", 7)
-    assert dag_runs.spark_jobs_by_app(tmp_path, seen) == {"cdc_compact_cdc": 7}
+    event_log("local-1", "validate:public.t", "2026-01-01T10:01:05+00:00", 5)
+    event_log("local-2", "validate:public.t", "2026-01-01T10:03:05+00:00", 4)
+    applications = dag_runs.spark_applications(tmp_path, seen)
+    assert [a["jobs"] for a in applications] == [5, 4]
+    assert dag_runs.spark_jobs_by_task(tasks, applications) == {"validate": 5, "validate_repaired": 4}
+    event_log("local-3", "validate:public.t", "2026-01-01T11:00:00+00:00", 7)
+    later = dag_runs.spark_applications(tmp_path, seen)
+    assert [a["jobs"] for a in later] == [7]
+    assert dag_runs.spark_jobs_by_task(tasks, later) == {}
 
 
 def test_the_summary_gives_medians_and_judges_the_target() -> None:
@@ -48,7 +61,7 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
             "state": "success",
             "seconds": seconds,
             "tasks": {"compact_cdc": compact},
-            "spark_jobs": {"cdc_compact_cdc": 9},
+            "spark_jobs": {"compact_cdc": 9},
             "peak_rss_mib": 3000,
             "peak_jvm_rss_mib": 2500,
         }
