@@ -107,7 +107,11 @@ def spark_event_logs(run_dir: Path) -> Path:
     events = run_dir / "spark-events"
     conf_dir.mkdir(parents=True, exist_ok=True)
     events.mkdir(parents=True, exist_ok=True)
-    (conf_dir / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n")
+    # one plain JSON-lines file per application (Spark 4 rolls and compresses event logs by default)
+    (conf_dir / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
+        "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n"
+    )
     os.environ["SPARK_CONF_DIR"] = str(conf_dir)
     return events
 
@@ -116,7 +120,7 @@ def spark_applications(events: Path, seen: set[str]) -> list[dict[str, Any]]:
     """Name, start time (epoch ms) and Spark job count of each event log not read before (``seen`` grows)."""
     applications = []
     for log in sorted(events.iterdir()):
-        if log.name in seen:
+        if log.name in seen or not log.is_file():
             continue
         seen.add(log.name)
         application = {"name": log.name, "started_ms": 0, "jobs": 0}
@@ -274,6 +278,8 @@ def _dag_ready(api: AirflowApi) -> bool:
 def summary_lines(result: dict[str, Any]) -> list[str]:
     """The scenario's medians: run wall time against its target, per task, Spark jobs, peak memory."""
     scenario = result["scenario"]
+    if "error" in result:
+        return [f"## {scenario['name']}", "", f"failed: {result['error']}"]
     runs = [r for r in result["runs"] if r["state"] == "success"]
     lines = [f"## {scenario['name']}: {scenario['rows']:,} rows, {scenario['changes']:,} changes per run"]
     if not runs:
@@ -314,7 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     payload: dict[str, Any] = {"started": started, "machine": machine(), "scenarios": []}
     for name in args.scenarios.split(","):
-        payload["scenarios"].append(run_scenario(SCENARIOS[name], args.repeats, args.timeout))
+        try:
+            payload["scenarios"].append(run_scenario(SCENARIOS[name], args.repeats, args.timeout))
+        except Exception as exc:  # the other scenarios' figures still count
+            print(f"scenario {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            payload["scenarios"].append({"scenario": dataclasses.asdict(SCENARIOS[name]), "error": str(exc)})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = started.replace(":", "").replace("-", "")

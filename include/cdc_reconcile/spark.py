@@ -37,10 +37,12 @@ def build_session(
     master: str | None = None,
     conf: dict[str, str] | None = None,
     jars: Sequence[str] | None = None,
+    ui: bool = False,
 ) -> SparkSession:
     """A session for ``app_name``; ``master`` defaults to ``local[*]`` unless spark-submit set one.
 
-    ``jars`` defaults to :func:`spark_jars` (``$CDC_SPARK_JARS``).
+    ``jars`` defaults to :func:`spark_jars` (``$CDC_SPARK_JARS``). ``ui`` starts the Spark UI (the jobs
+    do, for a person following a long step; tests and benchmarks do not pay for it).
     """
     from pyspark.sql import SparkSession
 
@@ -53,7 +55,7 @@ def build_session(
     settings = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": os.environ.get("CDC_SPARK_SHUFFLE_PARTITIONS", "8"),
-        "spark.ui.enabled": "false",
+        "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.driver.memory": os.environ.get("CDC_SPARK_DRIVER_MEMORY", "2g"),

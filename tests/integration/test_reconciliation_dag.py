@@ -18,6 +18,7 @@ earlier tests sealed.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +35,7 @@ from cdc_reconcile import kafka_offsets, run_state, state_store, storage
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.orchestration.limits import SPARK_TASK_SWITCH
 from cdc_reconcile.phase import Phase
+from cdc_reconcile.progress import INTERVAL_SWITCH as PROGRESS_SWITCH
 from tests.support.kafka import read_topic
 from tests.support.polling import eventually
 
@@ -125,8 +127,14 @@ def source_rows(pg: psycopg.Connection) -> set[tuple]:
 def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, alerts, artifacts, spark):
     stats = run_loader(config.pg_dsn, rate=0, count=400, tables=("order_lines",), seed=41)
     assert stats.total() == 400
-    result = dag_run(config, alerts, artifacts, "clean", full_rescan=True)
+    result = dag_run(config, alerts, artifacts, "clean", env={PROGRESS_SWITCH: "1"}, full_rescan=True)
     assert result.state == "success", result
+    log = result.log.read_text()
+    for job in ("snapshot_source", "compact_cdc", "validate"):
+        assert re.search(rf"\[progress\] {job} {TABLE}: Spark UI: http://\S+:\d+", log), f"{job}: no Spark UI line"
+    progress = re.findall(r"\[progress\] compact_cdc public\.order_lines: \d+s; (.+?) \[airflow", log)
+    assert any(re.search(r"stage \d+ \d+/\d+ tasks", line) for line in progress), progress
+    assert any(re.search(r"[\d,]+ input records read", line) for line in progress), progress
     assert task(result, "validate") == "success"
     assert task(result, "decide_repair") == "skipped"
     assert task(result, "reconcile") == "skipped"

@@ -27,6 +27,7 @@ EXIT_DONE = 0
 EXIT_DIFFERENCES = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 3
+UI_SWITCH = "CDC_SPARK_UI"
 
 
 def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -73,12 +74,19 @@ def run_job(prog: str, args: argparse.Namespace, body: Callable[..., int]) -> in
 
 @contextlib.contextmanager
 def spark_run(prog: str, table: TableConfig, args: argparse.Namespace, settings: RunSettings) -> Iterator[TableRun]:
-    """The job's run object on its own SparkSession (``--master`` when not run by spark-submit), stopped after."""
+    """The job's run object on its own SparkSession (``--master`` when not run by spark-submit), stopped after.
+
+    The Spark UI is on unless ``CDC_SPARK_UI=off``; progress lines go to the task log while it runs.
+    """
+    from ..progress import SparkProgress
     from ..spark import build_session
 
-    run = TableRun(table, args.run_id, settings, spark=build_session(f"{prog}:{table.name}", master=args.master))
+    ui = os.environ.get(UI_SWITCH, "on").lower() != "off"
+    spark = build_session(f"{prog}:{table.name}", master=args.master, ui=ui)
+    run = TableRun(table, args.run_id, settings, spark=spark)
     try:
-        yield run
+        with SparkProgress(spark, f"{prog} {table.name}"):
+            yield run
     finally:
         run.spark.stop()
 

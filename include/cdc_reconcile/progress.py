@@ -1,0 +1,115 @@
+"""Progress of a Spark job in its task log, so a person watching a long step sees it move.
+
+A job's driver writes a line every ``interval`` seconds (``$CDC_PROGRESS_INTERVAL``, default 20)
+while Spark jobs are active: how long the step has run, each active job's description (the run's
+steps name them, for example ``compact_cdc public.orders: events``), its stages' finished and total
+tasks, and the input records read so far by the application, from the driver's own status REST API
+when the Spark UI is on. The first line names the Spark UI's address. Lines go to standard error,
+which ``spark-submit`` hands to the Airflow task log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+from typing import Any, TextIO
+
+DEFAULT_INTERVAL = 20.0
+INTERVAL_SWITCH = "CDC_PROGRESS_INTERVAL"
+
+
+def progress_interval() -> float:
+    """Seconds between progress lines: ``$CDC_PROGRESS_INTERVAL``, else 20; 0 turns the lines off."""
+    value = os.environ.get(INTERVAL_SWITCH, "").strip()
+    try:
+        return float(value) if value else DEFAULT_INTERVAL
+    except ValueError as exc:
+        raise ValueError(
+            f"{INTERVAL_SWITCH}={value!r} is not a number of seconds (0 turns progress lines off)"
+        ) from exc
+
+
+class SparkProgress:
+    """A daemon thread that reports the session's active Spark jobs until the context ends."""
+
+    def __init__(self, spark: Any, label: str, *, interval: float | None = None, out: TextIO | None = None) -> None:
+        self.context = spark.sparkContext
+        self.label = label
+        self.interval = progress_interval() if interval is None else interval
+        self.out = out or sys.stderr
+        self.began = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spark-progress", daemon=True)
+
+    def __enter__(self) -> SparkProgress:
+        url = self.context.uiWebUrl
+        self._say(f"Spark UI: {url}" if url else "Spark UI: off (spark.ui.enabled=false)")
+        if self.interval > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _say(self, text: str) -> None:
+        print(f"[progress] {self.label}: {text}", file=self.out, flush=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                line = self.report()
+            except Exception as exc:  # a report must never fail the job it watches
+                line = f"no progress report ({type(exc).__name__}: {exc})"
+            if line:
+                self._say(line)
+
+    def report(self) -> str | None:
+        """One line on the active jobs, or None when no job is running."""
+        tracker = self.context.statusTracker()
+        jobs = []
+        for job_id in sorted(tracker.getActiveJobsIds()):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            stages = []
+            for stage_id in job.stageIds:
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None and stage.numActiveTasks + stage.numCompletedTasks > 0:
+                    stages.append(f"stage {stage_id} {stage.numCompletedTasks}/{stage.numTasks} tasks")
+            description = self._descriptions().get(job_id) or f"job {job_id}"
+            jobs.append(f"{description} ({', '.join(stages) or 'waiting'})")
+        if not jobs:
+            return None
+        elapsed = time.monotonic() - self.began
+        records = self._records_read()
+        read = "" if records is None else f"; {records:,} input records read by its stages so far"
+        return f"{elapsed:.0f}s; " + "; ".join(jobs) + read
+
+    def _rest(self, path: str) -> Any:
+        url = self.context.uiWebUrl
+        if not url:
+            return None
+        with urllib.request.urlopen(f"{url}/api/v1/applications/{self.context.applicationId}/{path}", timeout=5) as r:
+            return json.loads(r.read())
+
+    def _descriptions(self) -> dict[int, str]:
+        try:
+            jobs = self._rest("jobs?status=running") or []
+        except OSError:
+            return {}
+        return {job["jobId"]: job.get("description") or job.get("name", "") for job in jobs}
+
+    def _records_read(self) -> int | None:
+        try:
+            stages = self._rest("stages")
+        except OSError:
+            return None
+        if stages is None:
+            return None
+        return sum(int(stage.get("inputRecords", 0)) for stage in stages)
