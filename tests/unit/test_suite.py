@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import pytest
+import yaml
 
 from cdc_reconcile.compaction import CDC_COLUMNS
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.suite import (
+    INDEX_LIMIT,
     data_docs_index,
     describe,
     lake_keys_dataset,
@@ -68,11 +71,12 @@ def run(
     key=KEY,
     columns=COLUMNS,
     table="public.order_lines",
+    run_id="manual__2026-11-22T00:00:00+00:00",
 ):
     return run_suite(
         data,
         table=table,
-        run_id="manual__2026-11-22T00:00:00+00:00",
+        run_id=run_id,
         phase="before_repair",
         key=key,
         parameters={"snapshot_row_count": snapshot_rows, "lake_columns": [*columns, *CDC_COLUMNS]},
@@ -225,3 +229,23 @@ def test_key_and_column_names_with_dots_and_spaces_are_checked_as_names(spark, g
     [unique] = failed.failed_checks
     assert unique["check"] == "primary-key uniqueness"
     assert unique["samples"] == ['{"order.id":1,"line no":1}', '{"order.id":1,"line no":1}']
+
+
+def test_each_validation_renders_only_its_own_pages_and_the_index_links_every_run(spark, tmp_path, data_docs_assets):
+    data = datasets(spark, [(1, 1, 5)], [('{"order_id":1,"line_no":1}', "c", 100, 1000, None, None)], [])
+    first, second = "manual__2026-11-22T01:00:00+00:00", "manual__2026-11-22T02:00:00+00:00"
+    run(spark, tmp_path, data_docs_assets, data, snapshot_rows=1, run_id=first)
+    site = data_docs_index(tmp_path / "gx-project").parent
+    first_pages = {page: page.stat().st_mtime_ns for page in (site / "validations").rglob("*.html")}
+    assert len(first_pages) == 7 and all(first in str(page) for page in first_pages)
+
+    run(spark, tmp_path, data_docs_assets, data, snapshot_rows=1, run_id=second)
+    pages = list((site / "validations").rglob("*.html"))
+    assert len(pages) == 14
+    assert {page: page.stat().st_mtime_ns for page in pages if first in str(page)} == first_pages, "re-rendered"
+    index = (site / "index.html").read_text()
+    assert all(quote(page.relative_to(site).as_posix()) in index for page in pages), "the index links both runs"
+    assert external_resources(index) == []
+
+    config = yaml.safe_load((tmp_path / "gx-project" / "gx" / "great_expectations.yml").read_text())
+    assert config["data_docs_sites"]["local_site"]["site_index_builder"]["validation_results_limit"] == INDEX_LIMIT
