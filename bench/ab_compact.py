@@ -54,7 +54,7 @@ def main() -> None:
                 )
                 run = TableRun(TableConfig(BENCH_TABLE, tuple(KEY)), args.run_id, settings, spark=spark)
                 lake = run.lake
-                shutil.copytree(args.snapshot, lake.snapshot)
+                shutil.copytree(args.snapshot, lake.snapshot.removeprefix("file://"))
                 began = time.perf_counter()
                 summary = run.compact(offsets=(starting, ending), kafka_min_partitions=min_partitions)
                 times[name].append(time.perf_counter() - began)

@@ -519,9 +519,13 @@ def run_size(b: Bench, n: int) -> None:
 
             # diff: this run's snapshot against the previous run's lake table (the hour's changes
             # are the differences), by the engine, DuckDB and datacompy over the same Parquet files
+            # (exported once from the Delta datasets, so every comparison reads plain Parquet)
             lake = TableLake(b.lake, b.table.name)
-            snapshot_dir = storage.version_path(lake.snapshot, "r1")
-            table_dir = storage.version_path(lake.table, "r0")
+            exported = Path(b.args.work_dir) / "diff-input"
+            snapshot_dir, table_dir = str(exported / "snapshot"), str(exported / "table")
+            storage.read_partitions(b.spark, lake.snapshot, ["r1"]).write.mode("overwrite").parquet(snapshot_dir)
+            r0 = storage.run_commit(b.spark, lake.table, "r0")
+            storage.read(b.spark, lake.table, r0.version).write.mode("overwrite").parquet(table_dir)
             columns = [f.name for f in b.spark.read.parquet(snapshot_dir).schema.fields]
             ours_t, duck_t, dc_t = [], [], []
             counts: dict[str, Any] = {}

@@ -92,7 +92,7 @@ def main() -> None:
             RunSettings(lake_root=str(lake_root), bootstrap_servers=""),
             spark=spark,
         )
-        shutil.copytree(args.snapshot, run.lake.snapshot)
+        shutil.copytree(args.snapshot, run.lake.snapshot.removeprefix("file://"))
         spark.sparkContext.setJobGroup("compact", "compact")
         before = len(tracker.getJobIdsForGroup("compact"))
         began = time.perf_counter()

@@ -87,12 +87,13 @@ def foreign_events(events: DataFrame, table: str) -> DataFrame:
     )
 
 
-def mark_duplicates(events: DataFrame, history: DataFrame | None = None) -> DataFrame:
+def mark_duplicates(events: DataFrame, history: DataFrame | None = None, state: DataFrame | None = None) -> DataFrame:
     """Add ``duplicate_class`` (null, ``redelivery`` or ``snapshot_rerun``) to this range's events.
 
-    ``history`` is what earlier ranges landed (at least ``IDENTITY``, ``partition``, ``offset``): a
-    change already there is a redelivery, and a snapshot round already there makes a new round's
-    ``r`` events for the same keys re-runs.
+    Earlier ranges are known either as ``history`` (what they landed: at least ``IDENTITY``,
+    ``partition``, ``offset``) or as the per-key ``state`` that ``key_state`` keeps, which a run reads
+    instead of every earlier range. A change already there is a redelivery, and a snapshot round
+    already there makes a new round's ``r`` events for the same keys re-runs.
     """
     current = events.withColumn("_new", F.lit(True))
     if history is not None:
@@ -107,13 +108,29 @@ def mark_duplicates(events: DataFrame, history: DataFrame | None = None) -> Data
     first_round = F.first(F.when(is_snapshot & (F.col("_copy") == 1), F.col("source_txid")), ignorenulls=True).over(
         so_far
     )
+    seen_before = F.lit(False)
+    if state is not None:
+        from .key_state import STREAMED, key_rows, state_key
+
+        ranked = ranked.join(key_rows(state), state_key() == F.col("_state_key"), "left")
+        first_round = F.coalesce(F.col("_state_first_round"), first_round)
+        streamed_again = F.col("op").isin(*STREAMED) & (F.col("source_lsn") <= F.col("last_lsn"))
+        read_again = (
+            is_snapshot
+            & (F.col("source_txid") == F.col("last_read_txid"))
+            & (F.col("source_lsn") == F.col("last_read_lsn"))
+        )
+        seen_before = F.coalesce(streamed_again | read_again, F.lit(False))
     classified = ranked.withColumn(
         "duplicate_class",
-        F.when(F.col("_copy") > 1, F.lit(REDELIVERY))
+        F.when((F.col("_copy") > 1) | seen_before, F.lit(REDELIVERY))
         .when(is_snapshot & (first_round != F.col("source_txid")), F.lit(SNAPSHOT_RERUN))
         .otherwise(F.lit(None).cast("string")),
     )
-    return classified.filter("_new").drop("_new", "_copy")
+    dropped = ["_new", "_copy"]
+    if state is not None:
+        dropped += ["_state_key", "last_lsn", "_state_first_round", "last_read_txid", "last_read_lsn"]
+    return classified.filter("_new").drop(*dropped)
 
 
 def without_redeliveries(changes: DataFrame) -> DataFrame:

@@ -1,22 +1,26 @@
 """Where one table's datasets live in the lake, and how a run reads what earlier steps wrote.
 
-Layout per table (``<lake_root>/<schema.table>/``):
+Layout per table (``<lake_root>/<schema.table>/``), every dataset a Delta table:
 
-* ``events/range=<run>``: bronze, every Kafka record of the run's offset range, parsed;
-* ``quarantine/range=<run>``: records that could not be parsed or decoded, with the reason;
-* ``changelog/range=<run>``: typed changes as Kafka delivered them, duplicates flagged until repair;
-* ``duplicates/range=<run>``: every duplicate event of the range, by class (the audit's source);
-* ``repairs/range=<run>``: repair events written by ``reconcile``;
-* ``audit/range=<run>``: one row per repair (or would-be repair in a dry run);
-* ``table/v=<run>``: the lake copy, the fold of the changelog (manifest-switched);
-* ``snapshot/v=<run>``: the source snapshot and its metadata (written by ``snapshot_source``).
+* ``events``: bronze, every Kafka record of the run's offset range, parsed;
+* ``quarantine``: records that could not be parsed or decoded, with the reason;
+* ``changelog``: typed changes as Kafka delivered them, duplicates flagged until repair;
+* ``duplicates``: every duplicate event of the range, by class (the audit's source);
+* ``repairs``: repair events written by ``reconcile``;
+* ``audit``: one row per repair (or would-be repair in a dry run);
+* ``snapshot``: the source snapshot; its commit's metadata holds the snapshot's xmin/xmax/xip;
+* ``table``: the lake copy, the fold of the changelog, one commit per run;
+* ``key_state``: per key, what earlier runs saw (newest change, snapshot rounds), one commit per run.
 
-Runs name their partitions and versions by a path-safe form of the Airflow run id.
+All but ``table`` are partitioned by run (``storage.RUN_COLUMN``). Each commit to ``table`` names
+the run that made it and the version it folded onto, so a run always reads the version its
+predecessor published and a re-run of an old run never moves the live table back.
+
+Runs name their partitions by a path-safe form of the Airflow run id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,9 +31,6 @@ from .visibility import PgSnapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-HISTORY_COLUMNS = ("partition", "op", "source_txid", "origin")
-
 
 class PipelineError(InputError):
     """A step cannot run; the message names what is missing and which step produces it."""
@@ -44,44 +45,48 @@ def version_name(run_id: str) -> str:
 class TableLake:
     """Where one table's datasets live."""
 
-    root: Path | str
+    root: str | Path
     name: str
 
     @property
-    def base(self) -> Path:
-        return Path(self.root) / self.name
+    def base(self) -> str:
+        return storage.join(self.root, self.name)
 
     @property
-    def events(self) -> Path:
-        return self.base / "events"
+    def events(self) -> str:
+        return storage.join(self.base, "events")
 
     @property
-    def quarantine(self) -> Path:
-        return self.base / "quarantine"
+    def quarantine(self) -> str:
+        return storage.join(self.base, "quarantine")
 
     @property
-    def changelog(self) -> Path:
-        return self.base / "changelog"
+    def changelog(self) -> str:
+        return storage.join(self.base, "changelog")
 
     @property
-    def duplicates(self) -> Path:
-        return self.base / "duplicates"
+    def duplicates(self) -> str:
+        return storage.join(self.base, "duplicates")
 
     @property
-    def repairs(self) -> Path:
-        return self.base / "repairs"
+    def repairs(self) -> str:
+        return storage.join(self.base, "repairs")
 
     @property
-    def table(self) -> Path:
-        return self.base / "table"
+    def table(self) -> str:
+        return storage.join(self.base, "table")
 
     @property
-    def snapshot(self) -> Path:
-        return self.base / "snapshot"
+    def snapshot(self) -> str:
+        return storage.join(self.base, "snapshot")
 
     @property
-    def audit(self) -> Path:
-        return self.base / "audit"
+    def key_state(self) -> str:
+        return storage.join(self.base, "key_state")
+
+    @property
+    def audit(self) -> str:
+        return storage.join(self.base, "audit")
 
 
 @dataclass(frozen=True)
@@ -93,66 +98,93 @@ class SnapshotInfo:
     metadata: dict[str, Any]
 
 
-def snapshot_info(lake: TableLake, run_id: str) -> SnapshotInfo:
-    metadata = storage.read_metadata(lake.snapshot, version_name(run_id))
-    if metadata is None:
+def snapshot_info(spark: SparkSession, lake: TableLake, run_id: str) -> SnapshotInfo:
+    """The metadata of the run's snapshot, from the commit that wrote it (atomic with its rows)."""
+    commit = storage.run_commit(spark, lake.snapshot, version_name(run_id))
+    if commit is None:
         raise PipelineError(f"{lake.name}: no snapshot for run {run_id!r} under {lake.snapshot}; run snapshot_source")
+    metadata = {**commit.metadata, "delta_version": commit.version}
     visibility = PgSnapshot(int(metadata["xmin"]), int(metadata["xmax"]), tuple(int(x) for x in metadata["xip"]))
     return SnapshotInfo(visibility, {c["name"]: c["type"] for c in metadata["columns"]}, metadata)
 
 
-def is_full_rescan(lake: TableLake, run_id: str) -> bool:
-    """Whether this run rebuilt the table from the whole topic (recorded with its table version)."""
-    return bool((storage.read_metadata(lake.table, version_name(run_id)) or {}).get("full_rescan"))
+@dataclass(frozen=True)
+class TableVersions:
+    """Where a run stands against the lake table: its base, its own commit, and the newest version."""
+
+    base: int | None
+    own: storage.Commit | None
+    latest: int | None
+    full_rescan: bool
+
+    @property
+    def superseded(self) -> bool:
+        """A later run published after this run's own commit: this run must not publish again."""
+        return self.own is not None and self.latest is not None and self.latest > self.own.version
 
 
-def previous_table(spark: SparkSession, lake: TableLake, run_id: str) -> tuple[DataFrame | None, str | None]:
-    """The lake table as the previous run left it, also when this run already published once.
+def table_versions(spark: SparkSession, lake: TableLake, run_id: str) -> TableVersions:
+    """The lake table's versions as this run sees them (see :func:`run_versions`)."""
+    return run_versions(spark, lake.table, run_id)
+
+
+def run_versions(spark: SparkSession, location: str, run_id: str) -> TableVersions:
+    """A run-published table's versions as this run sees them.
+
+    A run that published before reads again from the base it recorded then (its predecessor's
+    version); a run that has not published yet reads the newest version.
+    """
+    published = [c for c in storage.commits(spark, location) if "run" in c.metadata]  # not VACUUM's or OPTIMIZE's
+    latest = published[0].version if published else None
+    own = next((c for c in published if c.metadata["run"] == version_name(run_id)), None)
+    if own is not None:
+        base = own.metadata.get("base_version")
+        return TableVersions(None if base is None else int(base), own, latest, bool(own.metadata.get("full_rescan")))
+    return TableVersions(latest, None, latest, False)
+
+
+def is_full_rescan(spark: SparkSession, lake: TableLake, run_id: str) -> bool:
+    """Whether this run rebuilt the table from the whole topic (recorded in its commit)."""
+    return table_versions(spark, lake, run_id).full_rescan
+
+
+def previous_table(spark: SparkSession, lake: TableLake, run_id: str) -> tuple[DataFrame | None, int | None]:
+    """The lake table as the previous run published it, pinned to that version.
 
     A full rescan starts from nothing: its range holds the whole topic.
     """
-    if is_full_rescan(lake, run_id):
+    versions = table_versions(spark, lake, run_id)
+    if versions.full_rescan or versions.base is None:
         return None, None
-    current = storage.current_version(lake.table)
-    if current == version_name(run_id):
-        previous = (storage.read_metadata(lake.table, version_name(run_id)) or {}).get("previous_version")
-    else:
-        previous = current
-    if previous is None:
-        return None, None
-    return storage.read_version(spark, lake.table, previous), previous
+    return storage.read(spark, lake.table, versions.base), versions.base
 
 
-def history(
-    spark: SparkSession, path: Path, run_id: str, columns: Sequence[str], *, full_rescan: bool = False
-) -> DataFrame | None:
-    """What earlier runs wrote to a partitioned dataset (all ranges but this run's; none for a rescan)."""
-    if full_rescan:
-        return None
-    others = [p for p in storage.list_partitions(path) if p != version_name(run_id)]
-    if not others:
-        return None
-    return storage.read_partitions(spark, path, others).select(*columns)
+def run_table(spark: SparkSession, lake: TableLake, run_id: str) -> DataFrame | None:
+    """The table version this run published (not a later run's), or None."""
+    own = table_versions(spark, lake, run_id).own
+    return None if own is None else storage.read(spark, lake.table, own.version)
 
 
 def run_changelog(spark: SparkSession, lake: TableLake, run_id: str, *, with_repairs: bool) -> DataFrame:
     """The run's changelog range, with the repair events ``reconcile`` wrote when asked."""
-    changelog = storage.read_partitions(spark, lake.changelog, [version_name(run_id)])
-    if changelog is None:
+    if storage.run_commit(spark, lake.changelog, version_name(run_id)) is None:
         raise PipelineError(f"{lake.name}: no changelog for run {run_id!r}; run compact_cdc first")
-    if with_repairs and version_name(run_id) in storage.list_partitions(lake.repairs):
-        changelog = changelog.unionByName(storage.read_partitions(spark, lake.repairs, [version_name(run_id)]))
+    changelog = storage.read_partitions(spark, lake.changelog, [version_name(run_id)])
+    if with_repairs:
+        repairs = storage.read_partitions(spark, lake.repairs, [version_name(run_id)])
+        if repairs is not None:
+            changelog = changelog.unionByName(repairs)
     return changelog
 
 
 def source_rows(spark: SparkSession, lake: TableLake, run_id: str) -> DataFrame:
     """The source table as the run's snapshot saw it."""
-    source = storage.read_version(spark, lake.snapshot, version_name(run_id))
+    source = storage.read_partitions(spark, lake.snapshot, [version_name(run_id)])
     if source is None:
         raise PipelineError(f"{lake.name}: snapshot data for run {run_id!r} missing under {lake.snapshot}")
     return source
 
 
-def run_partition(spark: SparkSession, path: Path, run_id: str) -> DataFrame | None:
-    """What this run wrote to a partitioned dataset, or None."""
+def run_partition(spark: SparkSession, path: str, run_id: str) -> DataFrame | None:
+    """What this run wrote to a per-run dataset, or None when the dataset does not exist."""
     return storage.read_partitions(spark, path, [version_name(run_id)])

@@ -19,7 +19,7 @@ table, earlier ranges) are loaded once per object and dropped when a step writes
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,21 +32,24 @@ from .config import PipelineConfig, TableConfig, load_config
 from .debezium.pgtypes import DecodeOptions
 from .errors import InputError
 from .lake import (
-    HISTORY_COLUMNS,
     PipelineError,
     SnapshotInfo,
     TableLake,
-    history,
-    is_full_rescan,
     previous_table,
     run_changelog,
     run_partition,
+    run_table,
+    run_versions,
     snapshot_info,
     source_rows,
+    table_versions,
     version_name,
 )
 from .offline_docs import configured_assets_dir
 from .phase import Phase
+from .spark_steps import described, read_kafka_range
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -108,6 +111,7 @@ class TableRun:
         self.settings = settings
         self._spark = spark
         self.lake = TableLake(settings.lake_root, table.name)
+        self._published: storage.Commit | None = None
 
     @property
     def spark(self) -> SparkSession:
@@ -138,6 +142,7 @@ class TableRun:
         range that its compact_cdc never finished (naming it; see ``state_store.open_range``). A
         full rescan opens it at the topic's earliest offsets.
         """
+        self._refuse_if_expired()
         partitions = kafka_offsets.list_partitions(self.bootstrap, self.table.topic)
         earliest = kafka_offsets.earliest_offsets(self.bootstrap, self.table.topic, partitions) if full_rescan else None
         with self.state() as conn:
@@ -150,15 +155,13 @@ class TableRun:
 
         A snapshot taken again after the seal gets the range sealed again (see ``sealing.seal_offsets``).
         """
-        metadata = storage.read_metadata(self.lake.snapshot, self.version)
-        if metadata is None:
-            raise PipelineError(
-                f"{self.table.name}: no snapshot of run {self.run_id!r} under {self.lake.snapshot}; "
-                "snapshot_source must run first"
-            )
         pipeline = self.settings.pipeline
         with self.state() as conn:
-            state_store.record_snapshot(conn, self.run_id, self.table.name, state_store.snapshot_fields(metadata))
+            if state_store.get_snapshot(conn, self.run_id, self.table.name) is None:
+                raise PipelineError(
+                    f"{self.table.name}: no snapshot of run {self.run_id!r} is recorded in the state database; "
+                    "snapshot_source must run first (with --state-dsn)"
+                )
             return sealing.seal_offsets(
                 conn,
                 bootstrap=self.bootstrap,
@@ -186,6 +189,10 @@ class TableRun:
         from .snapshot import DEFAULT_FETCH_SIZE, DEFAULT_PARTITIONS, snapshot_table
 
         source = self.settings.require(self.settings.source, "the source database (--dsn, --jdbc-url, --user)")
+        self._refuse_if_expired()
+        if self.settings.state_dsn:  # seal must never see an earlier try's snapshot beside this try's rows
+            with self.state() as conn:
+                state_store.forget_snapshot(conn, self.run_id, self.table.name)
         result = snapshot_table(
             self.spark,
             self.table,
@@ -201,6 +208,14 @@ class TableRun:
             output_files=output_files,
         )
         self._forget_inputs()
+        if self.settings.state_dsn:
+            with self.state() as conn:
+                state_store.record_snapshot(
+                    conn, self.run_id, self.table.name, state_store.snapshot_fields(result.metadata)
+                )
+                state_store.record_commit(
+                    conn, self.run_id, self.table.name, "snapshot", self.lake.snapshot, result.commit
+                )
         return result
 
     def compact(
@@ -221,7 +236,6 @@ class TableRun:
         from pyspark.sql import functions as F
 
         from .compaction import (
-            IDENTITY,
             change_events,
             changelog_rows,
             decode_changes,
@@ -235,25 +249,18 @@ class TableRun:
         from .debezium.envelope import split_envelopes, tag_envelopes
 
         began = time.monotonic()
+        self._refuse_if_expired()
         starting, ending = offsets or self.sealed_range().as_spark_json()
-        full_rescan = full_rescan or is_full_rescan(self.lake, self.run_id)
         spark, lake, name = self.spark, self.lake, self.table.name
-        spec = snapshot_info(lake, self.run_id).spec
+        full_rescan = full_rescan or table_versions(spark, lake, self.run_id).full_rescan
+        spec = snapshot_info(spark, lake, self.run_id).spec
         records = read_kafka_range(spark, self.bootstrap, starting, ending, min_partitions=kafka_min_partitions)
         tagged = tag_envelopes(records).persist()
         parsed, bad_records = split_envelopes(tagged)
         self._write(parsed, lake.events, "events")
         events = run_partition(spark, lake.events, self.run_id)
-        earlier = history(
-            spark,
-            lake.events,
-            self.run_id,
-            [*IDENTITY, "partition", "offset", "is_tombstone", "source_schema", "source_table"],
-            full_rescan=full_rescan,
-        )
-        if earlier is not None:
-            earlier = change_events(of_table(earlier, name)).drop("is_tombstone", "source_schema", "source_table")
-        marked = mark_duplicates(without_raw_values(change_events(of_table(events, name))), earlier).persist()
+        state = None if full_rescan else self._key_state_before()
+        marked = mark_duplicates(without_raw_values(change_events(of_table(events, name))), state=state).persist()
         decoded = decode_changes(marked, spec, self.table.key, self.settings.decode_options).persist()
         changelog, undecodable = changelog_rows(decoded, self.table.key)
         quarantined = bad_records.unionByName(foreign_events(events, name)).unionByName(
@@ -265,6 +272,8 @@ class TableRun:
             "key", "partition", "offset", "op", "source_txid", "source_lsn", "duplicate_class"
         )
         self._write(duplicates, lake.duplicates, "duplicates")
+        with described(spark, f"compact_cdc {name}: key state"):
+            self._commit_key_state(marked, rebuild=full_rescan)
         with described(spark, f"compact_cdc {name}: fold and publish the table"):
             self._publish_fold(spec, full_rescan=full_rescan)
         with described(spark, f"compact_cdc {name}: summary"):
@@ -275,7 +284,9 @@ class TableRun:
                 "quarantined": run_partition(spark, lake.quarantine, self.run_id).count(),
                 "changes": marked.count(),
                 "duplicates": duplicate_counts(run_partition(spark, lake.duplicates, self.run_id)),
-                "table_rows": storage.read_current(spark, lake.table).count(),
+                "table_rows": run_table(spark, lake, self.run_id).count(),
+                "table_version": getattr(self._published, "version", None),
+                "table_bytes_written": getattr(self._published, "bytes_written", 0),
                 "seconds": round(time.monotonic() - began, 2),
             }
         for cached in (tagged, marked, decoded):
@@ -284,41 +295,132 @@ class TableRun:
         if self.settings.state_dsn:  # the next run opens after this range only once it is in the lake
             with self.state() as conn:
                 state_store.record_compaction(conn, self.run_id, name, (starting, ending))
+        if self._published is not None:  # a run superseded by later ones leaves retention to them
+            summary["retention"] = self.apply_retention()
         return summary
 
-    def _write(self, df: DataFrame, path: Any, what: str) -> None:
+    def apply_retention(self) -> dict[str, Any]:
+        """Prune runs beyond the configured retention from the lake and record them (see ``retention``)."""
+        from .retention import apply_retention
+
+        with described(self.spark, f"retention {self.table.name}"):
+            done = apply_retention(self.spark, self.lake, self.settings.pipeline.retention, self.run_id)
+        if done["pruned_runs"] and self.settings.state_dsn:
+            with self.state() as conn:
+                run_state.record_pruned(conn, done["pruned_runs"], self.table.name)
+        return done
+
+    def _refuse_if_expired(self) -> None:
+        """A run that retention removed from the lake cannot run again: say so before reading what is gone."""
+        from .retention import RunExpired, expired_message
+
+        if not self.settings.state_dsn:
+            return
+        with self.state() as conn:
+            pruned = run_state.pruned_at(conn, self.version, self.table.name)
+        if pruned is not None:
+            raise RunExpired(expired_message(self.table.name, self.run_id, pruned, self.settings.pipeline.retention))
+
+    def _write(self, df: DataFrame, path: str, what: str) -> None:
         """Replace this run's partition of a dataset (Spark jobs named after it)."""
         with described(self.spark, f"compact_cdc {self.table.name}: {what}"):
-            storage.replace_partition(df, path, self.version, sort_by=["partition", "offset"])
+            self._replace(df, path, what.split(" ")[0], sort_by=["partition", "offset"])
 
-    def _publish_fold(self, spec: dict[str, str], *, full_rescan: bool | None = None) -> None:
-        """Fold the run's changelog (repairs included) onto the previous table and publish it."""
-        from .compaction import fold_table, snapshot_resets
+    def _replace(self, df: DataFrame, path: str, dataset: str, *, sort_by: list[str]) -> storage.Commit:
+        """Replace this run's partition of a per-run dataset in one commit, recorded in the state database."""
+        commit = storage.replace_partition(df, path, self.version, sort_by=sort_by)
+        self._record_commit(dataset, path, commit)
+        return commit
 
-        if full_rescan is None:
-            full_rescan = is_full_rescan(self.lake, self.run_id)
+    def _key_state_before(self) -> DataFrame | None:
+        """The key state as this run's predecessor committed it (never this run's own or a later run's)."""
+        base = run_versions(self.spark, self.lake.key_state, self.run_id).base
+        return None if base is None else storage.read(self.spark, self.lake.key_state, base)
+
+    def _rounds_before(self) -> DataFrame | None:
+        """Snapshot rounds earlier runs folded, as ``compaction.snapshot_resets`` reads them."""
+        from .key_state import rounds_history
+
+        state = self._key_state_before()
+        return None if state is None else rounds_history(state)
+
+    def _commit_key_state(self, marked: DataFrame, *, rebuild: bool) -> None:
+        """Fold this range into the key state, unless a later run already built on this run's."""
+        from . import key_state
+
+        versions = run_versions(self.spark, self.lake.key_state, self.run_id)
+        if versions.superseded:
+            return
+        commit = key_state.commit(
+            self.spark, self.lake.key_state, self.version, marked, base=versions.base, rebuild=rebuild
+        )
+        self._record_commit("key_state", self.lake.key_state, commit)
+
+    def _record_commit(self, dataset: str, path: str, commit: storage.Commit) -> None:
+        if self.settings.state_dsn:
+            with self.state() as conn:
+                state_store.record_commit(conn, self.run_id, self.table.name, dataset, path, commit)
+
+    def _publish_fold(self, spec: dict[str, str], *, full_rescan: bool | None = None) -> storage.Commit | None:
+        """Fold the run's changelog (repairs included) onto the table version its predecessor published.
+
+        One commit naming this run and its base (see ``publication``). A run whose table a later run
+        already built on publishes nothing: moving the live table back would undo the later runs' changes.
+        """
+        from .compaction import snapshot_resets
+        from .publication import FoldInputs, publish_fold
+
+        versions = table_versions(self.spark, self.lake, self.run_id)
+        if versions.superseded:
+            log.warning(
+                "%s: run %s published table version %s; later runs published up to version %s, so its "
+                "table is not published again (the live table never moves back)",
+                self.table.name,
+                self.run_id,
+                versions.own.version if versions.own else None,
+                versions.latest,
+            )
+            return None
+        full_rescan = versions.full_rescan if full_rescan is None else full_rescan or versions.full_rescan
         changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)
         if full_rescan:
-            previous, previous_version = None, storage.current_version(self.lake.table)
+            previous, base = None, versions.base
         else:
-            previous, previous_version = previous_table(self.spark, self.lake, self.run_id)
-        earlier = history(self.spark, self.lake.changelog, self.run_id, HISTORY_COLUMNS, full_rescan=full_rescan)
-        resets = snapshot_resets(changelog, earlier)
-        table = fold_table(changelog, spec, self.table.key, previous=previous, resets=resets)
-        metadata: dict[str, Any] = {"previous_version": previous_version}
-        if full_rescan:
-            metadata["full_rescan"] = True
-        storage.publish(table, self.lake.table, self.version, sort_by=list(self.table.key), metadata=metadata)
+            previous, base = previous_table(self.spark, self.lake, self.run_id)
+        earlier = None if full_rescan else self._rounds_before()
+        inputs = FoldInputs(
+            changelog=changelog,
+            spec=spec,
+            key=self.table.key,
+            previous=previous,
+            base=base,
+            latest=versions.latest,
+            resets=snapshot_resets(changelog, earlier),
+        )
+        commit, written_as = publish_fold(inputs, self.lake.table, self.version, full_rescan=full_rescan)
+        log.info(
+            "%s: run %s published table version %s onto version %s as %s: %s rows, %s bytes written",
+            self.table.name,
+            self.run_id,
+            commit.version,
+            base,
+            written_as,
+            commit.rows_written,
+            commit.bytes_written,
+        )
+        self._record_commit("table", self.lake.table, commit)
+        self._published = commit
+        return commit
 
     @cached_property
     def _inputs(self) -> _Inputs:
         previous, _ = previous_table(self.spark, self.lake, self.run_id)
-        full_rescan = is_full_rescan(self.lake, self.run_id)
+        full_rescan = table_versions(self.spark, self.lake, self.run_id).full_rescan
         return _Inputs(
-            snapshot=snapshot_info(self.lake, self.run_id),
+            snapshot=snapshot_info(self.spark, self.lake, self.run_id),
             source=source_rows(self.spark, self.lake, self.run_id),
             previous=previous,
-            history=history(self.spark, self.lake.changelog, self.run_id, HISTORY_COLUMNS, full_rescan=full_rescan),
+            history=None if full_rescan else self._rounds_before(),
         )
 
     def _forget_inputs(self) -> None:
@@ -371,7 +473,7 @@ class TableRun:
 
         gx_root = self.settings.require(self.settings.gx_root, "the Great Expectations project (--gx-root)")
         inputs, key, spec = self._inputs, self.table.key, self._inputs.snapshot.spec
-        table = storage.read_version(self.spark, self.lake.table, self.version)
+        table = run_table(self.spark, self.lake, self.run_id)
         if table is None:
             raise PipelineError(f"{self.table.name}: no lake table for run {self.run_id!r}; run compact_cdc first")
         as_of = self._as_of(run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)).persist()
@@ -435,6 +537,7 @@ class TableRun:
         from .repair import audit_rows, repair_events, resolve_duplicates
 
         began = time.monotonic()
+        self._refuse_if_expired()
         inputs, key, lake = self._inputs, self.table.key, self.lake
         report, diff = self.check(with_repairs=False)
         base = run_changelog(self.spark, lake, self.run_id, with_repairs=False)
@@ -449,11 +552,11 @@ class TableRun:
         duplicates = run_partition(self.spark, lake.duplicates, self.run_id)
         audit = audit_rows(diff, duplicates, key, run_id=self.run_id, table_name=lake.name, dry_run=dry_run)
         with described(self.spark, f"reconcile {lake.name}"):
-            storage.replace_partition(audit, lake.audit, self.version, sort_by=["kind", "key"])
+            self._replace(audit, lake.audit, "audit", sort_by=["kind", "key"])
             if not dry_run:
-                storage.replace_partition(repairs, lake.repairs, self.version, sort_by=list(key))
+                self._replace(repairs, lake.repairs, "repairs", sort_by=list(key))
                 resolved = resolve_duplicates(base)
-                storage.replace_partition(resolved, lake.changelog, self.version, sort_by=["partition", "offset"])
+                self._replace(resolved, lake.changelog, "changelog", sort_by=["partition", "offset"])
                 self._publish_fold(inputs.snapshot.spec)
         diff.unpersist()
         self._forget_inputs()
@@ -473,39 +576,3 @@ class TableRun:
                     conn, self.run_id, lake.name, (row.asDict() for row in audit_written.toLocalIterator())
                 )
         return summary
-
-
-def read_kafka_range(
-    spark: SparkSession, bootstrap: str, starting: str, ending: str, *, min_partitions: int | None = None
-) -> DataFrame:
-    """Exactly the sealed offset range, ``read_committed``: aborted records never enter the lake.
-
-    ``min_partitions`` (default: all cores) splits each topic partition's range into several read
-    tasks: a CDC topic often has one partition, and its envelope parse would otherwise run as one
-    task on one core.
-    """
-    assign = json.dumps({topic: sorted(int(p) for p in parts) for topic, parts in json.loads(starting).items()})
-    return (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("assign", assign)
-        .option("startingOffsets", starting)
-        .option("endingOffsets", ending)
-        .option("kafka.isolation.level", "read_committed")
-        .option("failOnDataLoss", "true")
-        .option("minPartitions", str(min_partitions or spark.sparkContext.defaultParallelism))
-        .load()
-        .select("topic", "partition", "offset", "key", "value")
-    )
-
-
-@contextlib.contextmanager
-def described(spark: SparkSession, what: str) -> Iterator[None]:
-    """Name the Spark jobs of a block (Spark UI, event log, the bench's stage profile)."""
-    context = spark.sparkContext
-    previous = context.getLocalProperty("spark.job.description")
-    context.setJobDescription(what)
-    try:
-        yield
-    finally:
-        context.setJobDescription(previous)  # type: ignore[arg-type]

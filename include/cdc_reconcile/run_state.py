@@ -84,3 +84,30 @@ def audit_counts(conn: psycopg.Connection, run_id: str, table: str) -> dict[str,
     except psycopg.errors.UndefinedTable as exc:
         raise state_schema_missing(exc) from exc
     return {kind: count for kind, count in rows}
+
+
+def record_pruned(conn: psycopg.Connection, runs: Iterable[str], table: str) -> None:
+    """Record runs whose lake datasets retention removed (by their lake names; idempotent)."""
+    try:
+        with conn.transaction():
+            for run in runs:
+                conn.execute(
+                    "INSERT INTO cdc_reconcile.pruned_runs (run_name, table_name) VALUES (%s, %s) "
+                    "ON CONFLICT (run_name, table_name) DO NOTHING",
+                    (run, table),
+                )
+    except psycopg.errors.UndefinedTable as exc:
+        raise state_schema_missing(exc) from exc
+
+
+def pruned_at(conn: psycopg.Connection, run: str, table: str) -> Any:
+    """When retention removed the run's datasets (its lake name), or None."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT pruned_at FROM cdc_reconcile.pruned_runs WHERE run_name = %s AND table_name = %s",
+                (run, table),
+            ).fetchone()
+    except psycopg.errors.UndefinedTable as exc:
+        raise state_schema_missing(exc) from exc
+    return row[0] if row else None

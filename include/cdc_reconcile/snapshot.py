@@ -55,6 +55,7 @@ class SnapshotResult:
     snapshot: SourceSnapshot
     version: str
     path: str
+    commit: storage.Commit
     rows: int
     seconds: float
     partitions: int
@@ -82,8 +83,8 @@ class SnapshotResult:
 
 
 def dataset_path(lake_root: str | Path, table: str) -> str:
-    """Where a table's snapshot dataset lives: ``<lake_root>/<schema.table>/snapshot``."""
-    return str(Path(lake_root) / table / DATASET)
+    """Where a table's snapshot dataset lives: ``<lake_root>/<schema.table>/snapshot`` (a URI)."""
+    return storage.join(lake_root, table, DATASET)
 
 
 def snapshot_guard(snapshot_text: str) -> str:
@@ -257,22 +258,19 @@ def load(
     run_id: str,
     output_files: int = 1,
     extra_metadata: Mapping[str, Any] | None = None,
-) -> tuple[str, str]:
-    """Publish the typed snapshot as version ``run_id`` (made path-safe) of ``<table>/snapshot``.
+) -> storage.Commit:
+    """Replace run ``run_id``'s partition (its path-safe name) of ``<table>/snapshot`` in one commit.
 
-    The metadata travels inside the version folder, so it is live exactly when the data is.
-    Returns (version, folder).
+    The snapshot's metadata is the commit's own metadata, so it is live exactly when the rows are.
     """
-    version = storage.safe_name(run_id)
-    folder = storage.publish(
+    return storage.replace_partition(
         df,
         dataset_path(lake_root, snapshot.table),
-        version,
+        storage.safe_name(run_id),
         sort_by=list(snapshot.key),
         partitions=output_files,
         metadata=snapshot.metadata(run_id=run_id, **(extra_metadata or {})),
     )
-    return version, folder
 
 
 def snapshot_table(
@@ -307,7 +305,7 @@ def snapshot_table(
             snap.spec,
             options,
         )
-        version, folder = load(
+        commit = load(
             df,
             snap,
             lake_root=lake_root,
@@ -318,12 +316,13 @@ def snapshot_table(
                 "unrepresentable": unrepresentable_values(dsn, snap, options, user=user, password=password),
             },
         )
-    metadata = storage.read_metadata(dataset_path(lake_root, table.name), version) or {}
+    metadata = {**commit.metadata, "rows": commit.rows_written, "delta_version": commit.version}
     return SnapshotResult(
         snapshot=snap,
-        version=version,
-        path=folder,
-        rows=int(metadata.get("rows", 0)),
+        version=commit.metadata["run"],
+        path=dataset_path(lake_root, table.name),
+        commit=commit,
+        rows=commit.rows_written,
         seconds=time.monotonic() - began,
         partitions=partitions,
         metadata=metadata,

@@ -52,7 +52,10 @@ def build_session(
         builder = builder.master(master)
     elif "spark.master" not in (conf or {}) and not os.environ.get("SPARK_ENV_LOADED"):
         builder = builder.master(os.environ.get("CDC_SPARK_MASTER", "local[*]"))
+    from .storage import SESSION_CONF
+
     settings = {
+        **SESSION_CONF,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": os.environ.get("CDC_SPARK_SHUFFLE_PARTITIONS", "8"),
         "spark.ui.enabled": "true" if ui else "false",

@@ -479,6 +479,41 @@ def record_snapshot(conn: psycopg.Connection, run_id: str, table: str, metadata:
         raise state_schema_missing(exc) from exc
 
 
+def forget_snapshot(conn: psycopg.Connection, run_id: str, table: str) -> None:
+    """Drop the run's recorded snapshot before it is taken again, so no step pairs new rows with old metadata."""
+    try:
+        with conn.transaction():
+            conn.execute("DELETE FROM cdc_reconcile.snapshots WHERE run_id = %s AND table_name = %s", (run_id, table))
+    except psycopg.errors.UndefinedTable as exc:
+        raise state_schema_missing(exc) from exc
+
+
+def record_commit(conn: psycopg.Connection, run_id: str, table: str, dataset: str, location: str, commit: Any) -> None:
+    """Record a Delta commit the run made (a ``storage.Commit``: version, metadata, metrics)."""
+    base = commit.metadata.get("base_version")
+    try:
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO cdc_reconcile.lake_commits (run_id, table_name, dataset, location, version, base_version, "
+                "rows_written, bytes_written) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (location, version) DO UPDATE SET run_id = EXCLUDED.run_id, "
+                "table_name = EXCLUDED.table_name, dataset = EXCLUDED.dataset, base_version = EXCLUDED.base_version, "
+                "rows_written = EXCLUDED.rows_written, bytes_written = EXCLUDED.bytes_written",
+                (
+                    run_id,
+                    table,
+                    dataset,
+                    location,
+                    commit.version,
+                    None if base is None else int(base),
+                    commit.rows_written,
+                    commit.bytes_written,
+                ),
+            )
+    except psycopg.errors.UndefinedTable as exc:
+        raise state_schema_missing(exc) from exc
+
+
 def get_snapshot(conn: psycopg.Connection, run_id: str, table: str) -> dict[str, Any] | None:
     """The snapshot metadata recorded for this run and table, or None."""
     try:
@@ -519,9 +554,11 @@ __all__ = [
     "connect",
     "describe_dsn",
     "ensure_state_schema",
+    "forget_snapshot",
     "get_range",
     "get_snapshot",
     "open_range",
+    "record_commit",
     "record_compaction",
     "record_snapshot",
     "runs_opened_after",

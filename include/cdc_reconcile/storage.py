@@ -1,63 +1,86 @@
-"""Atomic, idempotent Parquet datasets on the local filesystem .
+"""The lake's datasets as Delta Lake tables, on any Hadoop filesystem.
 
-Two shapes of dataset:
+Two shapes of dataset, both plain Delta tables that Spark, delta-rs and DuckDB read:
 
-* **Versioned** (`snapshot`, `changelog`, `table`): a folder of immutable version folders
-  ``v=<version>/`` and a manifest ``_CURRENT.json`` naming the live one. A version is written under
-  ``_staging/``, renamed into place, and only then made live by replacing the manifest (temp file +
-  ``os.replace``), so a reader sees the old version or the new one, never a half-written one.
-* **Partitioned** (`events`): one folder ``range=<id>/`` per Kafka offset range. Re-running a range
-  stages it and swaps it in by rename, so it replaces the earlier attempt and is never appended twice.
+* **Per run** (``events``, ``quarantine``, ``changelog``, ``duplicates``, ``repairs``, ``audit``,
+  ``snapshot``): partitioned by :data:`RUN_COLUMN`. A run's write replaces its own partition in one
+  commit (``replaceWhere``), so a retried or cleared task leaves the old rows or the new ones, never
+  both.
+* **One table** (the lake copy): every publication overwrites it in one commit.
 
-Output is deterministic: rows are hash-partitioned on the sort keys (or on every hashable column),
-sorted within each file, and the part files are renamed to ``part-00000.parquet``..., so re-running
-a task on the same input rewrites byte-identical files.
+Delta's commit log is the only publication step: a writer killed mid-write leaves files no commit
+names, which readers never see and ``VACUUM`` removes. Each commit carries a JSON ``userMetadata``
+naming the run that made it (and what it read), so "which version did run N publish, from which
+base" is answered by the table itself, atomically with the data. Empty writes still commit
+(``skipRecordingEmptyCommits`` off), so a run that wrote no rows is distinguishable from one that
+never ran.
 
-Names starting with ``_`` or ``.`` are invisible to Spark's file listing; every internal file uses
-them. One writer per dataset at a time (the DAG runs one task per table); readers may run any time.
+Lake locations are URIs (``file://``, ``hdfs://``, ``s3a://``, ...); only Spark touches them.
+A bare local path is taken as ``file://``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import shutil
-import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import types as T
 
-MANIFEST = "_CURRENT.json"
-STAGING = "_staging"
-SIDECAR = "_SIDECAR.json"
-VERSION_PREFIX = "v="
-PARTITION_PREFIX = "range="
-MANIFEST_FORMAT = 1
-HISTORY_LIMIT = 200
-
-_BACKUP = ".replaced-"
-_DELETING = ".deleting-"
+RUN_COLUMN = "_cdc_run"
+# What every session needs to read and write the lake (spark.build_session sets it).
+SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.skipRecordingEmptyCommits": "false",
+}
+# Characters Delta refuses in column names unless the table maps columns by name.
+_UNMAPPABLE = re.compile(r"[ ,;{}()\n\t=]")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$")
-_PART = re.compile(r"^part-\d{5}(\.parquet)?$")
 
 
 class StorageError(RuntimeError):
-    """A dataset folder is not in a state this module wrote; the message names the folder."""
+    """A dataset is not in a state this module wrote; the message names it."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One Delta commit: its version, the metadata its writer attached, and Delta's operation metrics."""
+
+    version: int
+    metadata: dict[str, Any]
+    metrics: dict[str, str]
+
+    @property
+    def bytes_written(self) -> int:
+        """Data bytes the commit added (a write's output; a MERGE's new target files and change files)."""
+        if "numTargetBytesAdded" in self.metrics:
+            return int(self.metrics["numTargetBytesAdded"]) + int(self.metrics.get("numTargetChangeFileBytes") or 0)
+        return int(self.metrics.get("numOutputBytes") or self.metrics.get("numAddedBytes") or 0)
+
+    @property
+    def rows_written(self) -> int:
+        """Rows the commit wrote (a MERGE: rows inserted, updated and copied)."""
+        if "numTargetRowsInserted" in self.metrics:
+            return sum(
+                int(self.metrics.get(m) or 0)
+                for m in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsCopied")
+            )
+        return int(self.metrics.get("numOutputRows") or 0)
 
 
 # --------------------------------------------------------------------------------------------------
-# names
+# names and locations
 
 
-def check_name(name: str, what: str = "version") -> str:
-    """Refuse names that could escape the dataset folder or confuse Spark's path handling."""
+def check_name(name: str, what: str = "run") -> str:
+    """Refuse run names that could not serve as a partition value everywhere."""
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
         raise ValueError(
             f"{what} {name!r}: use 1-200 letters, digits and '_.:+-', starting with a letter or digit "
@@ -67,7 +90,7 @@ def check_name(name: str, what: str = "version") -> str:
 
 
 def safe_name(text: str) -> str:
-    """A stable version name for any run id: disallowed characters become ``_`` plus a short hash."""
+    """A stable name for any run id: disallowed characters become ``_`` plus a short hash."""
     cleaned = re.sub(r"[^A-Za-z0-9_.:+-]", "_", text).strip("._:+-")[:180]
     cleaned = cleaned.replace("..", "__")
     if cleaned == text and _NAME.match(cleaned):
@@ -76,137 +99,109 @@ def safe_name(text: str) -> str:
     return f"{cleaned or 'run'}-{digest}"
 
 
-# --------------------------------------------------------------------------------------------------
-# filesystem helpers
+def uri(location: str | Path) -> str:
+    """A lake location as a URI: URIs stay as they are, a local path becomes ``file://<absolute path>``."""
+    text = str(location)
+    if "://" in text:
+        return text.rstrip("/")
+    return "file://" + str(Path(text).absolute())
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make renames inside ``path`` durable; a no-op where directories cannot be opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def join(root: str | Path, *parts: str) -> str:
+    """``root``/``parts`` as a URI, without touching any filesystem."""
+    return "/".join([uri(root), *(p.strip("/") for p in parts)])
 
 
-def _write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Replace ``path`` by a complete JSON file in one rename (readers never see a partial file)."""
-    text = json.dumps(document, sort_keys=True, indent=2, default=str) + "\n"
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    _fsync_dir(path.parent)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StorageError(f"{path}: not valid JSON ({exc}); it was not written by cdc_reconcile.storage") from exc
-    if not isinstance(document, dict):
-        raise StorageError(f"{path}: expected a JSON object")
-    return document
-
-
-def _remove_tree(path: Path, root: Path) -> None:
-    """Delete a folder by first renaming it under ``_staging`` so it never looks half-deleted."""
-    if not path.exists():
-        return
-    doomed = root / STAGING / f"{path.name}{_DELETING}{uuid.uuid4().hex}"
-    doomed.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(path, doomed)
-    _fsync_dir(path.parent)
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
-def _backups(root: Path, name: str) -> list[Path]:
-    staging = root / STAGING
-    if not staging.is_dir():
-        return []
-    return sorted(p for p in staging.iterdir() if p.name.startswith(f"{name}{_BACKUP}"))
-
-
-def _resolve(root: Path, name: str) -> Path | None:
-    """The folder holding ``name``: itself, or the earlier copy set aside by a swap that crashed."""
-    folder = root / name
-    if folder.is_dir():
-        return folder
-    backups = _backups(root, name)
-    return backups[-1] if backups else None
-
-
-def _recover(root: Path) -> None:
-    """Finish what a killed writer left, before the next write of the dataset.
-
-    A set-aside copy goes back if nothing replaced it, else it is dropped; a half-written stage is
-    dropped (a ``kill -9`` skips the writer's own clean-up, and with one writer per dataset no other
-    write can be using it).
-    """
-    staging = root / STAGING
-    if not staging.is_dir():
-        return
-    for entry in sorted(staging.iterdir()):
-        if _BACKUP in entry.name and _DELETING not in entry.name:
-            target = root / entry.name.split(_BACKUP, 1)[0]
-            if target.exists():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                os.rename(entry, target)
-                _fsync_dir(root)
-        elif entry.is_dir():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-
-
-def _swap_in(stage: Path, target: Path, root: Path) -> None:
-    """Move a complete staged folder to ``target``, replacing an earlier attempt of the same name.
-
-    POSIX cannot rename a folder over a non-empty one, so the old one is first set aside under
-    ``_staging``; a crash between the two renames is undone by ``_recover`` and bridged by ``_resolve``.
-    """
-    backup = None
-    if target.exists():
-        backup = root / STAGING / f"{target.name}{_BACKUP}{uuid.uuid4().hex}"
-        os.rename(target, backup)
-    os.rename(stage, target)
-    _fsync_dir(root)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------------------------------
-# deterministic Parquet output
-
-
-def _uri(path: Path) -> str:
-    """A local path as Hadoop wants it: ``Path.as_uri()`` percent-encodes ``=``, which Hadoop keeps verbatim."""
-    return "file://" + str(path)
+def _sql_path(location: str) -> str:
+    return "delta.`" + uri(location).replace("`", "``") + "`"
 
 
 def _quoted(name: str) -> Column:
-    """A column by its exact name, even when it contains dots or spaces."""
+    from pyspark.sql import functions as F
+
     return F.col("`" + name.replace("`", "``") + "`")
+
+
+# --------------------------------------------------------------------------------------------------
+# reading
+
+
+def exists(spark: SparkSession, location: str | Path) -> bool:
+    """Whether a Delta table is at ``location``."""
+    return latest_version(spark, location) is not None
+
+
+def latest_version(spark: SparkSession, location: str | Path) -> int | None:
+    """The table's newest version, or None when there is no table."""
+    history = commits(spark, location, limit=1)
+    return history[0].version if history else None
+
+
+def commits(spark: SparkSession, location: str | Path, *, limit: int | None = None) -> list[Commit]:
+    """The table's commits, newest first (``limit``: only the newest ones); empty when there is no table."""
+    from pyspark.errors import AnalysisException
+
+    statement = f"DESCRIBE HISTORY {_sql_path(str(location))}" + (f" LIMIT {int(limit)}" if limit else "")
+    try:
+        rows = spark.sql(statement).select("version", "userMetadata", "operationMetrics").collect()
+    except AnalysisException as exc:
+        if _is_missing_table(exc):
+            return []
+        raise
+    return [Commit(int(r["version"]), _metadata(r["userMetadata"]), dict(r["operationMetrics"] or {})) for r in rows]
+
+
+def _metadata(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _is_missing_table(exc: Exception) -> bool:
+    text = str(exc)
+    return any(
+        marker in text
+        for marker in ("DELTA_MISSING_DELTA_TABLE", "is not a Delta table", "PATH_NOT_FOUND", "DELTA_TABLE_NOT_FOUND")
+    )
+
+
+def run_commit(spark: SparkSession, location: str | Path, run: str, **match: Any) -> Commit | None:
+    """The newest commit ``run`` made to the table (whose metadata also holds ``match``), or None."""
+    for commit in commits(spark, location):
+        if commit.metadata.get("run") == run and all(commit.metadata.get(k) == v for k, v in match.items()):
+            return commit
+    return None
+
+
+def read(spark: SparkSession, location: str | Path, version: int | None = None) -> DataFrame | None:
+    """The table (at ``version``; default the newest), or None when there is none."""
+    from pyspark.errors import AnalysisException
+
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", int(version))
+    try:
+        df = reader.load(uri(location))
+        df.schema  # noqa: B018 - resolve now, so a missing table is reported here
+    except AnalysisException as exc:
+        if _is_missing_table(exc):
+            return None
+        raise
+    return df
+
+
+# --------------------------------------------------------------------------------------------------
+# writing
 
 
 def _comparable(data_type: T.DataType) -> bool:
     """Whether Spark can hash and sort the type (maps and variants cannot)."""
+    from pyspark.sql import types as T
+
     if isinstance(data_type, T.MapType | T.VariantType):
         return False
     if isinstance(data_type, T.ArrayType):
@@ -219,9 +214,8 @@ def _comparable(data_type: T.DataType) -> bool:
 def deterministic(df: DataFrame, sort_by: Sequence[str] | None = None, partitions: int = 1) -> DataFrame:
     """Arrange rows so the same rows always land in the same file in the same order.
 
-    Rows are hash-partitioned on ``sort_by`` (or on every comparable column), which depends only on
-    the values, not on how the input was split; within a file they are sorted by ``sort_by`` and then
-    by the remaining comparable columns, so ties between equal keys are ordered too.
+    Rows are hash-partitioned on ``sort_by`` (or on every comparable column); within a file they are
+    sorted by ``sort_by`` and then by the remaining comparable columns.
     """
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
@@ -242,224 +236,210 @@ def deterministic(df: DataFrame, sort_by: Sequence[str] | None = None, partition
     return arranged.sortWithinPartitions(*order) if order else arranged
 
 
-def _write_staged(df: DataFrame, stage: Path, sort_by: Sequence[str] | None, partitions: int) -> list[str]:
-    """Write ``df`` to ``stage`` and leave exactly ``part-NNNNN.parquet`` files there, fsynced."""
-    deterministic(df, sort_by, partitions).write.mode("errorifexists").option("compression", "snappy").parquet(
-        _uri(stage)
-    )
-    written = sorted(p for p in stage.iterdir() if p.name.startswith("part-") and p.name.endswith(".parquet"))
-    for extra in stage.iterdir():
-        if extra.name.endswith(".crc") or extra.name == "_SUCCESS":
-            extra.unlink()
-    names = []
-    for index, source in enumerate(written):
-        name = f"part-{index:05d}.parquet"
-        with open(source, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.rename(source, stage / name)
-        names.append(name)
-    leftovers = sorted(p.name for p in stage.iterdir() if p.name not in names)
-    if leftovers:
-        raise StorageError(f"{stage}: unexpected files after writing: {leftovers}")
-    _fsync_dir(stage)
-    return names
-
-
-def _count_rows(spark: SparkSession, folder: Path) -> int:
-    """Rows in a folder of Parquet files (Spark answers from the footers alone)."""
-    return spark.read.parquet(_uri(folder)).count()
-
-
-# --------------------------------------------------------------------------------------------------
-# versioned datasets
-
-
-def _manifest(root: Path) -> dict[str, Any] | None:
-    document = _read_json(root / MANIFEST)
-    if document is not None and not isinstance(document.get("version"), str):
-        raise StorageError(f"{root / MANIFEST}: has no 'version'")
-    return document
+def _write(
+    df: DataFrame,
+    location: str | Path,
+    *,
+    run: str,
+    metadata: dict[str, Any] | None,
+    replace_where: str | None = None,
+    partition_by: str | None = None,
+    properties: dict[str, str] | None = None,
+) -> Commit:
+    """One overwrite commit (of the whole table, or of the rows ``replace_where`` selects)."""
+    if RUN_COLUMN in df.columns and partition_by is None:
+        raise StorageError(f"{location}: the column name {RUN_COLUMN} is reserved for the lake's run partitions")
+    document = json.dumps({**(metadata or {}), "run": run}, sort_keys=True, default=str)
+    writer = df.write.format("delta").mode("overwrite").option("userMetadata", document)
+    if replace_where is None:
+        writer = writer.option("overwriteSchema", "true")
+    else:
+        writer = writer.option("replaceWhere", replace_where).option("mergeSchema", "true")
+    if partition_by:
+        writer = writer.partitionBy(partition_by)
+    for name, value in (properties or {}).items():
+        writer = writer.option(name, value)
+    if any(_UNMAPPABLE.search(name) for name in df.columns):
+        # Delta needs column mapping for such names; plain names keep the table readable by every reader.
+        writer = writer.option("delta.columnMapping.mode", "name")
+    writer.save(uri(location))
+    newest = commits(df.sparkSession, location, limit=1)  # one writer per dataset: the newest is ours
+    commit = newest[0] if newest and newest[0].metadata.get("run") == run else None
+    if commit is None:
+        raise StorageError(f"{location}: the commit of run {run!r} is not in the table's history")
+    return commit
 
 
 def publish(
     df: DataFrame,
-    path: str | os.PathLike[str],
-    version: str,
+    location: str | Path,
+    run: str,
     *,
     sort_by: Sequence[str] | None = None,
     partitions: int = 1,
     metadata: dict[str, Any] | None = None,
-) -> str:
-    """Write ``df`` as ``version`` of the dataset at ``path`` and make it the live version.
+    properties: dict[str, str] | None = None,
+) -> Commit:
+    """Overwrite the table with ``df`` in one commit made by ``run``; returns the commit.
 
-    Steps: write to ``_staging/<version>-<uuid>``, rename part files, write the sidecar (``metadata``
-    plus ``version``, ``rows`` and ``files``), rename the folder to ``v=<version>`` (replacing an
-    earlier attempt), then switch the manifest. A crash before the switch leaves the previous live
-    version readable; re-running completes. Returns the version folder.
+    ``properties`` (``delta.*`` table properties) take effect when the commit creates the table.
     """
-    check_name(version)
-    root = Path(path).absolute()
-    (root / STAGING).mkdir(parents=True, exist_ok=True)
-    _recover(root)
-    stage = root / STAGING / f"{version}-{uuid.uuid4().hex}"
-    try:
-        files = _write_staged(df, stage, sort_by, partitions)
-        rows = _count_rows(df.sparkSession, stage)
-        _write_json_atomic(stage / SIDECAR, {**(metadata or {}), "version": version, "rows": rows, "files": files})
-        target = root / f"{VERSION_PREFIX}{version}"
-        _swap_in(stage, target, root)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    _switch_manifest(root, version, rows, files)
-    return str(target)
+    check_name(run)
+    return _write(deterministic(df, sort_by, partitions), location, run=run, metadata=metadata, properties=properties)
 
 
-def _switch_manifest(root: Path, version: str, rows: int, files: list[str]) -> None:
-    """Make ``version`` live: one atomic replace of ``_CURRENT.json``."""
-    previous = _manifest(root) or {}
-    history = [v for v in previous.get("history", []) if v != version] + [version]
-    _write_json_atomic(
-        root / MANIFEST,
-        {
-            "format": MANIFEST_FORMAT,
-            "version": version,
-            "folder": f"{VERSION_PREFIX}{version}",
-            "rows": rows,
-            "files": files,
-            "history": history[-HISTORY_LIMIT:],
-        },
+DELETE_FLAG = "_cdc_delete"
+
+
+def merge(
+    changes: DataFrame,
+    location: str | Path,
+    run: str,
+    key: Sequence[str],
+    *,
+    metadata: dict[str, Any] | None = None,
+) -> Commit:
+    """One MERGE commit made by ``run``: each row of ``changes`` replaces its key's row, or deletes it.
+
+    ``changes`` holds the table's columns plus a boolean :data:`DELETE_FLAG`; a flagged row's key is
+    deleted, the others are upserted. Only the rows of changed keys are written (with deletion
+    vectors, the files holding their old rows are not rewritten), so the cost follows the changes.
+    """
+    columns = [c for c in changes.columns if c != DELETE_FLAG]
+    quote = _quote_name
+    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+    assignments = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns)
+    names = ", ".join(quote(c) for c in columns)
+    values = ", ".join(f"s.{quote(c)}" for c in columns)
+    clauses = (
+        f"ON {on} WHEN MATCHED AND s.{DELETE_FLAG} THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {assignments} "
+        f"WHEN NOT MATCHED AND NOT s.{DELETE_FLAG} THEN INSERT ({names}) VALUES ({values})"
     )
+    return merge_sql(changes, location, run, clauses, metadata=metadata)
 
 
-def current_version(path: str | os.PathLike[str]) -> str | None:
-    """The live version, or None before the first successful publish."""
-    manifest = _manifest(Path(path).absolute())
-    return manifest["version"] if manifest else None
+def merge_sql(
+    source: DataFrame, location: str | Path, run: str, clauses: str, *, metadata: dict[str, Any] | None = None
+) -> Commit:
+    """``MERGE INTO <location> t USING <source> s <clauses>`` as one commit made by ``run``."""
+    check_name(run)
+    spark = source.sparkSession
+    view = f"cdc_merge_{hashlib.sha256((str(location) + run).encode()).hexdigest()[:12]}"
+    source.createOrReplaceTempView(view)
+    document = json.dumps({**(metadata or {}), "run": run}, sort_keys=True, default=str)
+    conf_key = "spark.databricks.delta.commitInfo.userMetadata"
+    spark.conf.set(conf_key, document)
+    try:
+        spark.sql(f"MERGE INTO {_sql_path(str(location))} t USING {view} s {clauses}")
+    finally:
+        spark.conf.unset(conf_key)
+        spark.catalog.dropTempView(view)
+    newest = commits(spark, location, limit=1)
+    if not newest or newest[0].metadata.get("run") != run:
+        raise StorageError(f"{location}: the MERGE of run {run!r} is not the table's newest commit")
+    return newest[0]
 
 
-def version_path(path: str | os.PathLike[str], version: str | None = None) -> str | None:
-    """The folder holding ``version`` (default: the live one), or None when there is none."""
-    root = Path(path).absolute()
-    version = version or current_version(root)
-    if version is None:
+def changed_keys(
+    spark: SparkSession, location: str | Path, key: Sequence[str], first: int, last: int
+) -> DataFrame | None:
+    """The keys whose rows versions ``first``..``last`` changed (the table's change feed); None if unreadable."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        feed = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", int(first))
+            .option("endingVersion", int(last))
+            .load(uri(location))
+        )
+        return feed.select(*(_quoted(k) for k in key)).distinct()
+    except AnalysisException:
         return None
-    folder = _resolve(root, f"{VERSION_PREFIX}{check_name(version)}")
-    return str(folder) if folder else None
 
 
-def read_current(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame | None:
-    """The live version as a DataFrame, or None when nothing was published yet."""
-    return read_version(spark, path, None)
-
-
-def read_version(spark: SparkSession, path: str | os.PathLike[str], version: str | None) -> DataFrame | None:
-    """One version (default: the live one); None when it does not exist."""
-    folder = version_path(path, version)
-    if folder is None:
-        if version is None and current_version(path) is not None:
-            raise StorageError(f"{path}: the manifest names {current_version(path)!r} but its folder is gone")
-        return None
-    return spark.read.parquet(_uri(Path(folder)))
-
-
-def list_versions(path: str | os.PathLike[str]) -> list[str]:
-    """Versions on disk, oldest first: in publish order, after any that were written but never made live."""
-    root = Path(path).absolute()
-    if not root.is_dir():
-        return []
-    on_disk = {
-        p.name[len(VERSION_PREFIX) :] for p in root.iterdir() if p.is_dir() and p.name.startswith(VERSION_PREFIX)
-    }
-    manifest = _manifest(root)
-    history = [v for v in (manifest or {}).get("history", []) if v in on_disk]
-    if manifest and manifest["version"] in on_disk and manifest["version"] not in history:
-        history.append(manifest["version"])
-    return sorted(on_disk - set(history)) + history
-
-
-def read_metadata(path: str | os.PathLike[str], version: str | None = None) -> dict[str, Any] | None:
-    """The version's sidecar (default: the live version), or None when there is none."""
-    folder = version_path(path, version)
-    return _read_json(Path(folder) / SIDECAR) if folder else None
-
-
-def prune(path: str | os.PathLike[str], keep: int) -> list[str]:
-    """Delete all but the ``keep`` newest versions, never the live one; ``_recover`` clears ``_staging`` first.
-
-    Run it when no publish to the same dataset is in progress (e.g. right after one). Returns the
-    versions removed.
-    """
-    if keep < 1:
-        raise ValueError(f"keep must be at least 1 (the live version is never deleted), got {keep}")
-    root = Path(path).absolute()
-    if not root.is_dir():
-        return []
-    _recover(root)
-    live = current_version(root)
-    versions = list_versions(root)
-    kept = set(versions[-keep:]) | ({live} if live else set())
-    removed = [v for v in versions if v not in kept]
-    for version in removed:
-        _remove_tree(root / f"{VERSION_PREFIX}{version}", root)
-    return removed
-
-
-# --------------------------------------------------------------------------------------------------
-# partitioned datasets (events: one folder per offset range)
+def _quote_name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def replace_partition(
     df: DataFrame,
-    path: str | os.PathLike[str],
+    location: str | Path,
     partition: str,
     *,
     sort_by: Sequence[str] | None = None,
     partitions: int = 1,
-) -> str:
-    """Write ``df`` as partition ``range=<partition>``, replacing an earlier attempt of that range.
+    metadata: dict[str, Any] | None = None,
+) -> Commit:
+    """Replace run ``partition``'s rows of a per-run dataset with ``df``, in one commit."""
+    from pyspark.sql import functions as F
 
-    The range is staged and renamed into place, so readers see the old copy or the new one, and a
-    re-run of a range never adds a second copy. Returns the partition folder.
-    """
-    check_name(partition, "partition")
-    root = Path(path).absolute()
-    (root / STAGING).mkdir(parents=True, exist_ok=True)
-    _recover(root)
-    name = f"{PARTITION_PREFIX}{partition}"
-    stage = root / STAGING / f"{name}-{uuid.uuid4().hex}"
-    try:
-        _write_staged(df, stage, sort_by, partitions)
-        _swap_in(stage, root / name, root)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    return str(root / name)
+    check_name(partition)
+    if RUN_COLUMN in df.columns:
+        raise StorageError(f"{location}: the column name {RUN_COLUMN} is reserved for the lake's run partitions")
+    rows = deterministic(df, sort_by, partitions).withColumn(RUN_COLUMN, F.lit(partition))
+    condition = f"{RUN_COLUMN} = '{partition}'"
+    return _write(rows, location, run=partition, metadata=metadata, replace_where=condition, partition_by=RUN_COLUMN)
 
 
-def list_partitions(path: str | os.PathLike[str]) -> list[str]:
-    """Published partition ids, sorted; staging folders are never included."""
-    root = Path(path).absolute()
-    if not root.is_dir():
+def list_partitions(spark: SparkSession, location: str | Path) -> list[str]:
+    """The runs with a partition in a per-run dataset, sorted (a run that wrote no rows is not listed)."""
+    df = read(spark, location)
+    if df is None:
         return []
-    names = {p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(PARTITION_PREFIX)}
-    staging = root / STAGING
-    if staging.is_dir():
-        names |= {p.name.split(_BACKUP, 1)[0] for p in staging.iterdir() if _BACKUP in p.name}
-        names = {n for n in names if n.startswith(PARTITION_PREFIX)}
-    return sorted(n[len(PARTITION_PREFIX) :] for n in names)
+    return sorted(r[0] for r in df.select(RUN_COLUMN).distinct().collect())
 
 
 def read_partitions(
-    spark: SparkSession, path: str | os.PathLike[str], partitions: Iterable[str] | None = None
+    spark: SparkSession, location: str | Path, partitions: Iterable[str] | None = None, *, exclude: Iterable[str] = ()
 ) -> DataFrame | None:
-    """All published partitions (or the listed ones) as one DataFrame; None when there are none."""
-    root = Path(path).absolute()
-    wanted = list_partitions(root) if partitions is None else [check_name(p, "partition") for p in partitions]
-    folders = []
-    for partition in wanted:
-        folder = _resolve(root, f"{PARTITION_PREFIX}{partition}")
-        if folder is None:
-            raise StorageError(f"{root}: partition {partition!r} does not exist")
-        folders.append(_uri(folder))
-    return spark.read.parquet(*folders) if folders else None
+    """The rows of the listed runs (default: all but ``exclude``), without the run column; None: no table."""
+    from pyspark.sql import functions as F
+
+    df = read(spark, location)
+    if df is None:
+        return None
+    if partitions is not None:
+        df = df.filter(F.col(RUN_COLUMN).isin([check_name(p) for p in partitions]))
+    excluded = list(exclude)
+    if excluded:
+        df = df.filter(~F.col(RUN_COLUMN).isin(excluded))
+    return df.drop(RUN_COLUMN)
+
+
+def delete_partitions(spark: SparkSession, location: str | Path, partitions: Sequence[str]) -> Commit | None:
+    """Delete the listed runs' rows in one commit (retention); None when there was nothing to delete."""
+    if not partitions or not exists(spark, location):
+        return None
+    names = ", ".join("'" + check_name(p) + "'" for p in partitions)
+    spark.sql(f"DELETE FROM {_sql_path(str(location))} WHERE {RUN_COLUMN} IN ({names})")
+    newest = commits(spark, location, limit=1)
+    return newest[0] if newest else None
+
+
+def vacuum(spark: SparkSession, location: str | Path, retain_hours: float) -> None:
+    """Remove files no version within ``retain_hours`` needs (Delta refuses less than a week by default)."""
+    if exists(spark, location):
+        spark.sql(f"VACUUM {_sql_path(str(location))} RETAIN {float(retain_hours)} HOURS")
+
+
+def runs_newest_first(spark: SparkSession, location: str | Path) -> list[str]:
+    """The runs that wrote a per-run dataset, by their newest commit, newest first."""
+    seen: list[str] = []
+    for commit in commits(spark, location):
+        run = commit.metadata.get("run")
+        if run and run not in seen:
+            seen.append(run)
+    return seen
+
+
+def prune(spark: SparkSession, location: str | Path, keep: int) -> list[str]:
+    """Delete every run's partition but the ``keep`` newest (one commit); returns the runs removed."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the newest run is never deleted), got {keep}")
+    present = set(list_partitions(spark, location))
+    removed = [run for run in runs_newest_first(spark, location)[keep:] if run in present]
+    delete_partitions(spark, location, removed)
+    return removed

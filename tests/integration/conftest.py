@@ -17,10 +17,11 @@ import pytest
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import REPO_ROOT
 from cdc_dev.stack.connect import connector_config
-from cdc_reconcile import kafka_offsets, storage
-from cdc_reconcile.config import TableConfig, load_config
+from cdc_reconcile import kafka_offsets
+from cdc_reconcile.config import PipelineConfig, TableConfig, load_config
 from cdc_reconcile.errors import ReconcileError
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
+from tests.support.lake import is_delta
 from tests.support.polling import eventually
 from tests.support.spark import integration_session
 
@@ -115,7 +116,9 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-def table_run(spark, config: StackConfig, table: TableConfig, lake: Path, run_id: str) -> TableRun:
+def table_run(
+    spark, config: StackConfig, table: TableConfig, lake: Path, run_id: str, *, pipeline: PipelineConfig | None = None
+) -> TableRun:
     """The run object against the test stack's services, as the DAG's tasks and jobs build it."""
     settings = RunSettings(
         lake_root=str(lake),
@@ -124,7 +127,7 @@ def table_run(spark, config: StackConfig, table: TableConfig, lake: Path, run_id
         source=SourceDatabase(
             dsn=config.pg_dsn, jdbc_url=config.pg_jdbc_url, user=config.pg_user, password=config.pg_password
         ),
-        pipeline=load_config(),
+        pipeline=pipeline or load_config(),
         data_docs_assets=Path(TEST_ENV["CDC_DATA_DOCS_ASSETS"]),
     )
     return TableRun(table, run_id, settings, spark=spark)
@@ -135,14 +138,23 @@ def take_snapshot(spark, config: StackConfig, table, lake: Path, run_id: str, pa
     return table_run(spark, config, table, lake, run_id).snapshot(partitions=partitions)
 
 
-def run_once(spark, config, table: TableConfig, lake: Path, run_id: str, *, watermark_topic: str | None = None):
+def run_once(
+    spark,
+    config,
+    table: TableConfig,
+    lake: Path,
+    run_id: str,
+    *,
+    watermark_topic: str | None = None,
+    pipeline: PipelineConfig | None = None,
+):
     """open -> snapshot -> seal -> compact -> check, the steps of the DAG's run, through the run object.
 
     The first run into an empty lake is a full rescan (the DAG's ``full_rescan``): other test modules
     may have sealed ranges of the same table for their own lakes.
     """
-    run = table_run(spark, config, table, lake, run_id)
-    full_rescan = storage.current_version(run.lake.table) is None
+    run = table_run(spark, config, table, lake, run_id, pipeline=pipeline)
+    full_rescan = not is_delta(run.lake.table)
     eventually(lambda: _topic_exists(config.bootstrap_servers, table.topic), timeout=60, what=f"topic {table.topic}")
     run.open(full_rescan=full_rescan)
     run.snapshot(partitions=2)

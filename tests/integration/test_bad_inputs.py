@@ -25,10 +25,10 @@ from pyspark.sql import functions as F
 
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import MAX_MESSAGE_BYTES
-from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.lake import TableLake
 from tests.support.kafka import read_topic
+from tests.support.lake import commit_metadata, delta_rows, spark_rows
 from tests.support.polling import eventually
 
 from .conftest import own_connector, run_once
@@ -121,7 +121,7 @@ def source_rows(pg: psycopg.Connection) -> dict[int, dict]:
 
 
 def lake_rows(spark, lake: Path) -> dict[int, dict]:
-    table = storage.read_current(spark, TableLake(lake, TABLE).table)
+    table = spark_rows(spark, TableLake(lake, TABLE).table)
     result = {}
     # BC dates do not fit Python's date: Spark renders them as text
     for row in table.withColumn("day", F.col("day").cast("string")).collect():
@@ -163,8 +163,8 @@ def test_each_bad_input_has_a_counted_outcome_and_the_rest_of_the_batch_lands(
         spark, config, edge_table, tmp_path, "edge-1", watermark_topic=f"{PREFIX}.public.cdc_watermark"
     )
 
-    quarantine = storage.read_partitions(spark, TableLake(tmp_path, TABLE).quarantine, ["edge-1"])
-    reasons = sorted(r["reason"] for r in quarantine.collect())
+    quarantine = delta_rows(TableLake(tmp_path, TABLE).quarantine, run="edge-1")
+    reasons = sorted(r["reason"] for r in quarantine)
     print(f"\nsummary {summary}\nreport {report.as_dict()}\nquarantine {reasons}")
     assert summary["quarantined"] == len(reasons)
     assert any(r.startswith("value is not valid JSON") for r in reasons), reasons
@@ -183,7 +183,7 @@ def test_each_bad_input_has_a_counted_outcome_and_the_rest_of_the_batch_lands(
     # Debezium sends a numeric NaN as null (precise mode) and the snapshot types it as null: the diff
     # cannot see it, so the snapshot counts it in PostgreSQL, and the suite fails on that count.
     assert (source[3]["free"], lake[3]["free"]) == ("NaN", None)
-    snapshot = storage.read_metadata(TableLake(tmp_path, TABLE).snapshot, "edge-1")
+    snapshot = commit_metadata(TableLake(tmp_path, TABLE).snapshot, "edge-1")
     assert snapshot["unrepresentable"] == {"free": 1}
     assert lake[4]["label"] == "toasted, label changed"
     assert (lake[4]["body_md5"], lake[4]["body_length"]) == (source[4]["body_md5"], source[4]["body_length"])

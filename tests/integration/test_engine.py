@@ -6,7 +6,6 @@ PostgreSQL, or from Kafka with a plain ``read_committed`` consumer.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -15,15 +14,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pyspark.sql import functions as F
 
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import connector_config
-from cdc_reconcile import errors, kafka_offsets, storage
+from cdc_reconcile import errors, kafka_offsets
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
 from cdc_reconcile.lake import TableLake
 from tests.support.kafka import read_topic, unwrap
+from tests.support.lake import delta_rows, versions
 from tests.support.polling import eventually
 
 from .conftest import run_once, table_run
@@ -70,10 +69,12 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     _, report, sealed = run_once(spark, config, table, lake, "lost-0")
     assert report.clean, report.as_dict()
     table_lake = TableLake(lake, table.name)
-    written = _file_hashes(table_lake.base)
+    written = _datasets(table_lake, "lost-0")
     # not told whether lost-0 was a full rescan: the run's recorded choice holds
     table_run(spark, config, table, lake, "lost-0").compact(offsets=sealed.as_spark_json())
-    assert _file_hashes(table_lake.base) == written, "compacting the same range again rewrites identical datasets"
+    assert _datasets(table_lake, "lost-0") == written, "compacting the same range again commits the same rows"
+    rescans = [m["full_rescan"] for _, m in versions(table_lake.table) if m.get("run") == "lost-0"]
+    assert len(rescans) == 2 and rescans[1] == rescans[0], rescans
     with pg.transaction():
         stale_ids = [r[0] for r in pg.execute("SELECT id FROM public.customers ORDER BY id LIMIT 3")]
         extra_ids = [r[0] for r in pg.execute("SELECT id FROM public.customers ORDER BY id DESC LIMIT 2")]
@@ -103,8 +104,8 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
 
     repaired = lost_1.reconcile()
     assert repaired["repair_events"] == 9
-    audit = storage.read_partitions(spark, table_lake.audit, ["lost-1"])
-    named = {(json.loads(r["key"])["id"], r["kind"]) for r in audit.collect()}
+    audit = delta_rows(table_lake.audit, run="lost-1")
+    named = {(json.loads(r["key"])["id"], r["kind"]) for r in audit}
     assert named == {(i, MISSING) for i in missing_ids} | {(i, STALE) for i in stale_ids} | {
         (i, EXTRA) for i in extra_ids
     }
@@ -112,7 +113,7 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
 
     again = lost_1.reconcile()
     assert again["repair_events"] == 9, "reconcile is idempotent: the same repairs, not doubled and not lost"
-    lake_rows = {r["id"]: r for r in storage.read_current(spark, table_lake.table).collect()}
+    lake_rows = {r["id"]: r for r in delta_rows(table_lake.table)}
     with pg.cursor() as cur:
         source = {r[0]: r for r in cur.execute("SELECT id, balance FROM public.customers")}
     assert set(lake_rows) == set(source)
@@ -189,7 +190,7 @@ def test_worker_killed_during_initial_snapshot_yields_counted_snapshot_reruns(st
         result = table_run(spark, config, table, lake, "big-1").reconcile()
         assert result["audit"].get("snapshot_rerun") == rerun
         assert result["repair_events"] == 0
-        lake_ids = storage.read_current(spark, TableLake(lake, table.name).table).select(F.count("*")).first()[0]
+        lake_ids = len(delta_rows(TableLake(lake, table.name).table, columns=["id"]))
         assert lake_ids == BIG_ROWS
         print(
             f"\nsnapshot re-run: rounds {dict(rounds)}, re-emitted {rerun}, emitted before kill {emitted_before_kill}"
@@ -203,13 +204,14 @@ def test_worker_killed_during_initial_snapshot_yields_counted_snapshot_reruns(st
             )
 
 
-def _file_hashes(base: Path) -> dict[str, str]:
-    """Every data and metadata file of a table's datasets (staging excluded) with its SHA-256."""
-    return {
-        str(path.relative_to(base)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(base.rglob("*"))
-        if path.is_file() and "_staging" not in path.parts and path.suffix in (".parquet", ".json")
+def _datasets(lake: TableLake, run: str) -> dict[str, list[str]]:
+    """The run's rows of every dataset it wrote and the lake table's rows, read with delta-rs, in a stable order."""
+    found = {
+        name: sorted(repr(sorted(r.items())) for r in delta_rows(getattr(lake, name), run=run))
+        for name in ("events", "quarantine", "changelog", "duplicates")
     }
+    found["table"] = sorted(repr(sorted(r.items())) for r in delta_rows(lake.table))
+    return found
 
 
 def _high_watermark(bootstrap: str, topic: str) -> int:

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc_reconcile.run import read_kafka_range
+from cdc_reconcile.spark_steps import read_kafka_range
 from tests.support.kafka import consumer_end_offsets, read_topic
 
 pytestmark = pytest.mark.integration

@@ -31,12 +31,13 @@ from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
-from cdc_reconcile import kafka_offsets, run_state, state_store, storage
+from cdc_reconcile import kafka_offsets, run_state, state_store
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.orchestration.limits import SPARK_TASK_SWITCH
 from cdc_reconcile.phase import Phase
 from cdc_reconcile.progress import INTERVAL_SWITCH as PROGRESS_SWITCH
 from tests.support.kafka import read_topic
+from tests.support.lake import delta_rows
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -114,10 +115,8 @@ def independent_duplicates(config, run_id: str) -> dict[str, int]:
 
 
 def lake_rows(spark, config) -> set[tuple]:
-    table = storage.read_current(spark, config.lake_root / TABLE / "table")
-    return {
-        (r["order_id"], r["line_no"], r["quantity"]) for r in table.select("order_id", "line_no", "quantity").collect()
-    }
+    table = delta_rows(config.lake_root / TABLE / "table", columns=["order_id", "line_no", "quantity"])
+    return {(r["order_id"], r["line_no"], r["quantity"]) for r in table}
 
 
 def source_rows(pg: psycopg.Connection) -> set[tuple]:

@@ -11,6 +11,7 @@ touches its own rows) are compared with PostgreSQL directly, not through the pip
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator
@@ -21,10 +22,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from cdc_dev.loader import run_loader
-from cdc_reconcile import storage
-from cdc_reconcile.config import load_config
+from cdc_reconcile.config import Retention, load_config
 from cdc_reconcile.errors import InputError
 from cdc_reconcile.lake import TableLake, run_partition
+from cdc_reconcile.retention import RunExpired
+from tests.support.lake import delta_rows, versions
 
 from .conftest import run_once, table_run
 
@@ -70,8 +72,8 @@ def write_marked_rows(pg: psycopg.Connection, count: int = 30) -> str:
 def assert_lake_holds(spark, lake: Path, pg: psycopg.Connection, marker: str) -> None:
     """The lake table holds the marked rows with the values PostgreSQL has now (nothing else touches them)."""
     source = dict(pg.execute("SELECT id, balance FROM public.customers WHERE name = %s", (marker,)).fetchall())
-    table = storage.read_current(spark, TableLake(lake, TABLE.name).table)
-    landed = {r["id"]: r["balance"] for r in table.filter(F.col("name") == marker).select("id", "balance").collect()}
+    table = delta_rows(TableLake(lake, TABLE.name).table, columns=["id", "name", "balance"])
+    landed = {r["id"]: r["balance"] for r in table if r["name"] == marker}
     assert landed == source, f"marked rows: {len(source)} in PostgreSQL, {len(landed)} in the lake, or other values"
 
 
@@ -154,3 +156,83 @@ def test_a_snapshot_taken_again_after_the_seal_is_sealed_again(stack, config, sp
     late.snapshot(partitions=2)
     with pytest.raises(InputError, match="again-2"):
         late.seal(timeout=60)
+
+
+def test_an_older_run_taken_again_reproduces_itself_and_never_moves_the_live_table_back(
+    stack, config, spark, tmp_path, pg, loader
+):
+    """Run N's compact_cdc cleared after run N+1 published: N folds onto its own base, the live table stays N+1's."""
+    lake = tmp_path / "lake"
+    table = TableLake(lake, TABLE.name).table
+    _, report, _ = run_once(spark, config, TABLE, lake, "pin-0")
+    assert report.clean, report.as_dict()
+    marker = write_marked_rows(pg, count=60)
+    _, report, _ = run_once(spark, config, TABLE, lake, "pin-1")
+    assert report.clean, report.as_dict()
+    pin_1_version = max(v for v, m in versions(table) if m.get("run") == "pin-1")
+
+    ids = [r[0] for r in pg.execute("SELECT id FROM public.customers WHERE name = %s ORDER BY id", (marker,))]
+    deleted, updated = ids[:15], ids[15:35]
+    pg.execute("DELETE FROM public.customers WHERE id = ANY(%s)", (deleted,))
+    pg.execute("UPDATE public.customers SET balance = balance + 7 WHERE id = ANY(%s)", (updated,))
+    _, report, _ = run_once(spark, config, TABLE, lake, "pin-2")
+    assert report.clean, report.as_dict()
+    live_version, live_rows = versions(table)[-1][0], delta_rows(table)
+
+    again = table_run(spark, config, TABLE, lake, "pin-1")
+    again.compact()
+    report, diff = again.check()
+    diff.unpersist()
+    assert report.clean, f"pin-1 taken again, checked against its own snapshot: {report.as_dict()}"
+    assert versions(table)[-1][0] == live_version, "re-running pin-1 committed to the live table"
+    assert sorted(map(repr, delta_rows(table))) == sorted(map(repr, live_rows))
+    landed = {r["id"] for r in delta_rows(table, columns=["id"])}
+    assert not landed & set(deleted), "rows deleted after pin-1 came back"
+    reproduced = {r["id"]: r["balance"] for r in delta_rows(table, columns=["id", "balance"], version=pin_1_version)}
+    assert set(deleted) <= set(reproduced), "pin-1's own version lost rows it held"
+    assert_lake_holds(spark, lake, pg, marker)
+
+
+def test_a_full_rescan_stays_one_through_reconcile(stack, config, spark, tmp_path, pg, loader):
+    """Reconcile of a full-rescan run re-folds the whole topic alone, never on top of the run's own table."""
+    lake = tmp_path / "lake"
+    _, report, _ = run_once(spark, config, TABLE, lake, "rescan-0")
+    assert report.clean, report.as_dict()
+    marker = write_marked_rows(pg)
+    run = table_run(spark, config, TABLE, lake, "rescan-1")
+    run.open(full_rescan=True)
+    run.snapshot(partitions=2)
+    run.seal(timeout=180)
+    run.compact(full_rescan=True)
+    repaired = table_run(spark, config, TABLE, lake, "rescan-1").reconcile()
+    assert repaired["repair_events"] == 0, repaired
+    report, diff = table_run(spark, config, TABLE, lake, "rescan-1").check()
+    diff.unpersist()
+    assert report.clean, f"the repaired full rescan folded onto its own table: {report.as_dict()}"
+    rescan_commits = [m for _, m in versions(TableLake(lake, TABLE.name).table) if m.get("run") == "rescan-1"]
+    assert len(rescan_commits) == 2 and all(m["full_rescan"] for m in rescan_commits), rescan_commits
+    assert_lake_holds(spark, lake, pg, marker)
+
+
+def test_a_run_older_than_the_retention_is_pruned_and_refused_by_name(stack, config, spark, tmp_path, pg, loader):
+    """keep_runs=2: the third run prunes the first from every per-run dataset; re-running it is refused."""
+    lake = tmp_path / "lake"
+    pipeline = dataclasses.replace(load_config(), retention=Retention(keep_runs=2))
+    for run_id in ("keep-0", "keep-1"):
+        _, report, _ = run_once(spark, config, TABLE, lake, run_id, pipeline=pipeline)
+        assert report.clean, report.as_dict()
+    summary, report, _ = run_once(spark, config, TABLE, lake, "keep-2", pipeline=pipeline)
+    assert report.clean, report.as_dict()
+    assert summary["retention"]["pruned_runs"] == ["keep-0"], summary["retention"]
+
+    datasets = TableLake(lake, TABLE.name)
+    for dataset in ("events", "changelog", "snapshot"):
+        runs = {r["_cdc_run"] for r in delta_rows(getattr(datasets, dataset), columns=["_cdc_run"])}
+        assert runs == {"keep-1", "keep-2"}, (dataset, runs)
+    with pytest.raises(RunExpired, match=r"'keep-0' is older than the retention .*keep_runs.* can no longer be re-run"):
+        table_run(spark, config, TABLE, lake, "keep-0", pipeline=pipeline).open()
+    with pg.cursor() as cur:
+        assert cur.execute(
+            "SELECT count(*) FROM cdc_reconcile.pruned_runs WHERE run_name = 'keep-0' AND table_name = %s",
+            (TABLE.name,),
+        ).fetchone() == (1,)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import importlib
 import json
 import os
@@ -13,7 +12,6 @@ import sys
 import threading
 import time
 from decimal import Decimal
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -23,8 +21,8 @@ from pyspark.testing import assertDataFrameEqual
 
 from cdc_reconcile import snapshot as snap_mod
 from cdc_reconcile import source_snapshot as source_mod
-from cdc_reconcile import storage
 from cdc_reconcile.config import ConfigError, TableConfig, load_config
+from tests.support.lake import commit_metadata, delta_rows, spark_rows
 from tests.support.polling import eventually
 
 from .conftest import take_snapshot as take
@@ -53,10 +51,6 @@ def imported_rows(config, snapshot_id: str, query: str) -> list[tuple]:
         rows = conn.execute(query).fetchall()
         conn.execute("ROLLBACK")
     return rows
-
-
-def digests(folder: str) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in Path(folder).glob("part-*.parquet")}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -89,7 +83,7 @@ def test_order_lines_snapshot_equals_table_at_rest(spark, config, pg, tables, tm
 
     result = take(spark, config, table, tmp_path, "scheduled__2024-03-01T00:00:00+00:00", partitions=4)
 
-    data = storage.read_current(spark, snap_mod.dataset_path(tmp_path, table.name))
+    data = spark_rows(spark, snap_mod.dataset_path(tmp_path, table.name), run=result.version)
     assert data.schema.simpleString() == (
         "struct<order_id:bigint,line_no:int,sku:string,quantity:int,unit_price:decimal(10,4),"
         "note:string,created_at:timestamp>"
@@ -98,9 +92,9 @@ def test_order_lines_snapshot_equals_table_at_rest(spark, config, pg, tables, tm
     assertDataFrameEqual(data, spark.createDataFrame(at_rest, data.schema))
     assert result.rows == len(at_rest) == 8003
 
-    meta = storage.read_metadata(snap_mod.dataset_path(tmp_path, table.name))
+    meta = commit_metadata(snap_mod.dataset_path(tmp_path, table.name), result.version)
     assert meta["table"] == "public.order_lines" and meta["key"] == ["order_id", "line_no"]
-    assert meta["rows"] == 8003 and meta["jdbc_partitions"] == 4
+    assert meta["jdbc_partitions"] == 4
     assert meta["xmin"] <= meta["xmax"]
     assert all(meta["xmin"] <= x < meta["xmax"] for x in meta["xip"])
     assert meta["snapshot"] == f"{meta['xmin']}:{meta['xmax']}:{','.join(map(str, meta['xip']))}"
@@ -121,11 +115,11 @@ def test_order_lines_snapshot_equals_table_at_rest(spark, config, pg, tables, tm
     assert abs(dt.datetime.now(dt.UTC) - taken_at) < dt.timedelta(minutes=10)
     print(f"\nsnapshot public.order_lines: {result.rows} rows in {result.seconds:.1f}s (4 JDBC partitions)")
 
-    # Same run, same data: the published files are byte-identical.
-    first = digests(result.path)
+    # Same run, same data: the run's partition is replaced by the same rows, never added to.
     again = take(spark, config, table, tmp_path, "scheduled__2024-03-01T00:00:00+00:00", partitions=3)
-    assert again.version == result.version and digests(again.path) == first
-    assert storage.list_versions(snap_mod.dataset_path(tmp_path, table.name)) == [result.version]
+    assert again.version == result.version and again.commit.version == result.commit.version + 1
+    everything = delta_rows(snap_mod.dataset_path(tmp_path, table.name))
+    assert len(everything) == 8003 and {r["_cdc_run"] for r in everything} == {result.version}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,7 +205,7 @@ def test_partitions_read_one_snapshot_under_concurrent_transfers(spark, config, 
 
             df = snap_mod.transform(snap_mod.read_snapshot(spark, snap, partitions=4, **read_args(config)), snap.spec)
             assert df.rdd.getNumPartitions() == 4
-            version, _ = snap_mod.load(df, snap, lake_root=tmp_path, run_id="concurrent")
+            version = snap_mod.load(df, snap, lake_root=tmp_path, run_id="concurrent").metadata["run"]
             commits_after_read = writer.commits
             seconds = time.monotonic() - began
             reference = imported_rows(
@@ -229,11 +223,11 @@ def test_partitions_read_one_snapshot_under_concurrent_transfers(spark, config, 
         f"while {commits_after_read - commits_at_export} transfers committed"
     )
 
-    data = storage.read_current(spark, snap_mod.dataset_path(tmp_path, table.name))
+    data = spark_rows(spark, snap_mod.dataset_path(tmp_path, table.name), run=version)
     totals = data.agg(F.count("*").alias("n"), F.sum("balance").alias("total")).first()
     assert (totals.n, totals.total) == (INVARIANT_ROWS, INITIAL_BALANCE * INVARIANT_ROWS)
     assertDataFrameEqual(data, spark.createDataFrame(reference, data.schema))
-    assert storage.read_metadata(snap_mod.dataset_path(tmp_path, table.name), version)["rows"] == INVARIANT_ROWS
+    assert len(delta_rows(snap_mod.dataset_path(tmp_path, table.name), columns=["id"], run=version)) == INVARIANT_ROWS
 
     # The writer went on after the export: the table now differs from the snapshot.
     now = pg.execute("SELECT count(*), sum(balance) FROM public.customers").fetchone()
@@ -274,7 +268,7 @@ def test_rows_committed_after_the_snapshot_are_absent(spark, config, pg, tables,
     assert snap.snapshot.xmax <= later_txid
     assert not snap.snapshot.is_visible(later_txid)
     assert snap.snapshot.is_visible(before_txid)
-    data = storage.read_current(spark, snap_mod.dataset_path(tmp_path, table.name))
+    data = spark_rows(spark, snap_mod.dataset_path(tmp_path, table.name), run="after-commit")
     rows = {r.id: (r.name, r.balance) for r in data.collect()}
     assert later_id not in rows
     assert rows == {
@@ -318,7 +312,7 @@ def test_text_key_is_split_by_hash_and_typed_like_the_decoder(spark, config, pg,
         per_partition = df.groupBy(F.spark_partition_id().alias("p")).count().collect()
     assert len(per_partition) == 3 and all(r["count"] > 200 for r in per_partition)
 
-    data = storage.read_current(spark, snap_mod.dataset_path(tmp_path, table.name))
+    data = spark_rows(spark, snap_mod.dataset_path(tmp_path, table.name), run="types")
     assert [(f.name, f.dataType) for f in data.schema.fields] == [
         ("region", T.StringType()),
         ("code", T.StringType()),
@@ -476,6 +470,5 @@ def test_job_prints_a_one_line_summary(config, pg, tmp_path):
     assert summary["xmin"] <= summary["xmax"] and summary["lsn_int"] == source_mod.parse_lsn(summary["lsn"])
     assert isinstance(summary["xip"], list) and summary["seconds"] > 0
     dataset = snap_mod.dataset_path(tmp_path, "public.order_lines")
-    assert storage.current_version(dataset) == "manual__2024-03-01T10:00:00+00:00"
-    assert storage.read_metadata(dataset)["xmax"] == summary["xmax"]
+    assert commit_metadata(dataset, "manual__2024-03-01T10:00:00+00:00")["xmax"] == summary["xmax"]
     print(f"\nsnapshot job: {summary['rows']} rows in {summary['seconds']}s (spark-submit style process)")

@@ -15,14 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pyarrow.parquet as pq
 import pytest
 
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.connect import connector_config
-from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.lake import TableLake
+from tests.support.lake import delta_rows
 
 from .conftest import eventually, own_connector, run_once
 
@@ -79,10 +78,9 @@ class Writer:
 
 
 def lake_rows(lake: Path) -> dict[int, tuple[str, int]]:
-    """The published table, read with pyarrow from its files, not through the pipeline's reader."""
-    folder = storage.version_path(TableLake(lake, TABLE).table)
-    table = pq.read_table(folder, columns=["id", "label", "qty"])
-    return {r["id"]: (r["label"], r["qty"]) for r in table.to_pylist()}
+    """The published table, read with delta-rs, not through the pipeline's reader."""
+    table = delta_rows(TableLake(lake, TABLE).table, columns=["id", "label", "qty"])
+    return {r["id"]: (r["label"], r["qty"]) for r in table}
 
 
 def source_rows(pg: psycopg.Connection) -> dict[int, tuple[str, int]]:

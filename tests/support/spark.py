@@ -38,18 +38,20 @@ def local_session(
     return session
 
 
+def _stack_jars() -> str:
+    from cdc_dev.stack import StackConfig
+
+    return str(StackConfig().spark_jars_dir)
+
+
 def unit_session() -> SparkSession:
-    """For unit tests: no jars (no Kafka or JDBC), one shuffle partition."""
-    return local_session("cdc-reconcile-unit-tests", conf=UNIT_CONF)
+    """For unit tests: the jobs' jars (Delta Lake for the lake; no service is reached), one shuffle partition."""
+    return local_session("cdc-reconcile-unit-tests", conf=UNIT_CONF, jars=spark_jars(_stack_jars()))
 
 
 def integration_session(jars_spec: str | None = None) -> SparkSession:
-    """For integration tests: the jobs' jars (Kafka source, JDBC driver).
+    """For integration tests: the jobs' jars (Delta Lake, Kafka source, JDBC driver).
 
     ``jars_spec`` is a ``CDC_SPARK_JARS`` value; by default the jars the dev stack's set-up fetched.
     """
-    if jars_spec is None:
-        from cdc_dev.stack import StackConfig
-
-        jars_spec = str(StackConfig().spark_jars_dir)
-    return local_session("integration-tests", conf=INTEGRATION_CONF, jars=spark_jars(jars_spec))
+    return local_session("integration-tests", conf=INTEGRATION_CONF, jars=spark_jars(jars_spec or _stack_jars()))

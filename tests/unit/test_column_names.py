@@ -89,7 +89,7 @@ def test_incremental_fold_and_storage_keep_the_names(spark, tmp_path):
     first = changelog_of(spark, [change(0, "c", 1, 1, 1.5, "a"), change(1, "c", 1, 2, 2.0, "b")])
     previous = fold_table(first, SPEC, KEY)
     storage.publish(previous, tmp_path / "table", "v1", sort_by=list(KEY))
-    published = storage.read_current(spark, tmp_path / "table")
+    published = storage.read(spark, tmp_path / "table")
     assert published.columns == [*COLUMNS, *previous.columns[len(COLUMNS) :]]
 
     second = changelog_of(spark, [change(2, "u", 1, 2, 2.5, None, txid=95)])

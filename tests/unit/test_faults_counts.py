@@ -12,7 +12,7 @@ from cdc_dev.faults.checks import (
     duplicates,
     event_positions,
     fold,
-    parquet_digest,
+    uncommitted_files,
 )
 from cdc_dev.faults.cli import RUNNER_ENV, repetition_environment
 from cdc_dev.faults.report import markdown, matrix
@@ -105,31 +105,21 @@ def test_a_failed_check_fails_the_scenario_and_is_named_in_the_matrix():
     assert "task retried" not in markdown([result])
 
 
-def test_event_positions_read_published_ranges_only(tmp_path):
+def test_event_positions_read_committed_rows_only(tmp_path):
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    from deltalake import write_deltalake
 
-    ranges = {"range=a": [(0, 5), (0, 6)], "range=b": [(0, 7), (1, 0)], "_staging/range=b-x": [(0, 7)]}
-    for folder, rows in ranges.items():
-        (tmp_path / folder).mkdir(parents=True)
-        table = pa.table({"partition": [p for p, _ in rows], "offset": [o for _, o in rows], "v": ["x"] * len(rows)})
-        pq.write_table(table, tmp_path / folder / "part-00000.parquet")
+    def rows(pairs):
+        return pa.table(
+            {"partition": [p for p, _ in pairs], "offset": [o for _, o in pairs], "run": ["a"] * len(pairs)}
+        )
+
+    write_deltalake(str(tmp_path), rows([(0, 5), (0, 6)]))
+    write_deltalake(str(tmp_path), rows([(0, 7), (1, 0)]), mode="append")
+    (tmp_path / "part-killed-writer.parquet").write_bytes(b"PAR1 never committed")
     assert sorted(event_positions(tmp_path)) == [(0, 5), (0, 6), (0, 7), (1, 0)]
-
-
-def test_parquet_digest_follows_the_data_and_ignores_nothing_else_a_writer_repeats(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.table({"id": [1, 2, 3], "name": ["a", None, "ü"]})
-    for name in ("first", "again"):
-        pq.write_table(table, tmp_path / f"{name}.parquet")
-    pq.write_table(pa.table({"id": [1, 2, 3], "name": ["a", None, "u"]}), tmp_path / "changed.parquet")
-    pq.write_table(table, tmp_path / "other_schema.parquet", compression="gzip")
-    digests = {name: parquet_digest(tmp_path / f"{name}.parquet") for name in ("first", "again", "changed")}
-    assert digests["first"] == digests["again"]
-    assert digests["changed"] != digests["first"]
-    assert parquet_digest(tmp_path / "other_schema.parquet") != digests["first"]
+    assert uncommitted_files(tmp_path) == [tmp_path / "part-killed-writer.parquet"]
+    assert event_positions(tmp_path / "absent") == []
 
 
 def test_parallel_repetitions_get_their_own_ports_and_run_folders(monkeypatch):

@@ -1,14 +1,13 @@
 """The independent side of a fault scenario: PostgreSQL, Kafka and the lake read without pipeline code.
 
 PostgreSQL is read with psycopg, Kafka with a plain ``read_committed`` consumer (``stack.topics``), the
-lake table and events with pyarrow, and the counts by class are folded here from those reads, so a bug
+lake table and events with delta-rs, and the counts by class are folded here from those reads, so a bug
 shared by the pipeline and its checker cannot hide.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping
@@ -159,16 +158,22 @@ def source_rows(dsn: str) -> dict[Any, Row]:
         return {r[0]: tuple(r[1:]) for r in conn.execute(f"SELECT {', '.join(COLUMNS)} FROM {TABLE}")}
 
 
+def _query(table: Any, sql: str) -> Any:
+    """Rows of a Delta table through delta-rs's query engine (it applies deletion vectors) as Arrow."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    return pa.table(QueryBuilder().register("lake", table).execute(sql).read_all())
+
+
 def lake_rows(lake_root: Path, table: str = TABLE) -> dict[Any, Row] | None:
-    """The live lake table, read with pyarrow from the manifest (no Spark, no pipeline code)."""
-    import pyarrow.parquet as pq
+    """The live lake table, read with delta-rs (no Spark, no pipeline code); None before its first commit."""
+    from deltalake import DeltaTable
 
     root = lake_root / table / "table"
-    manifest = root / "_CURRENT.json"
-    if not manifest.exists():
+    if not DeltaTable.is_deltatable(str(root)):
         return None
-    folder = root / json.loads(manifest.read_text())["folder"]
-    data = pq.read_table(folder, columns=list(COLUMNS)).to_pydict()
+    data = _query(DeltaTable(str(root)), f"SELECT {', '.join(COLUMNS)} FROM lake").to_pydict()
     rows: dict[Any, Row] = {}
     for i, key in enumerate(data["id"]):
         balance = data["balance"][i]
@@ -181,45 +186,42 @@ def lake_rows(lake_root: Path, table: str = TABLE) -> dict[Any, Row] | None:
 
 
 def event_positions(events_root: Path) -> list[tuple[int, int]]:
-    """(partition, offset) of every row in every published ``range=`` folder of an events dataset."""
-    import pyarrow.parquet as pq
+    """(partition, offset) of every committed row of an events dataset, read with delta-rs."""
+    from deltalake import DeltaTable
 
-    positions: list[tuple[int, int]] = []
-    for folder in sorted(events_root.glob("range=*")):
-        data = pq.read_table(folder, columns=["partition", "offset"]).to_pydict()
-        positions.extend(zip(data["partition"], data["offset"], strict=True))
-    return positions
-
-
-def parquet_digest(path: Path) -> str:
-    """sha256 of a Parquet file's bytes up to the footer, and of its footer with encoding lists sorted.
-
-    parquet-mr keeps a column chunk's encodings in a HashSet of enums, iterated in the order of
-    per-JVM identity hashes: two Spark jobs writing byte-identical data pages write footers that
-    differ only in that order (fault scenario 7 found it). Everything else is compared as written.
-    """
-    import pyarrow.parquet as pq
-
-    data = path.read_bytes()
-    footer_length = int.from_bytes(data[-8:-4], "little")
-    metadata = pq.ParquetFile(path).metadata
-    footer = metadata.to_dict()
-    for row_group in footer["row_groups"]:
-        for column in row_group["columns"]:
-            column["encodings"] = sorted(column["encodings"])
-    digest = hashlib.sha256(data[: len(data) - 8 - footer_length])
-    digest.update(json.dumps(footer, sort_keys=True, default=str).encode())
-    digest.update(repr(sorted((metadata.metadata or {}).items())).encode())
-    digest.update("".join(str(metadata.schema.column(i)) for i in range(metadata.num_columns)).encode())
-    return digest.hexdigest()
+    if not DeltaTable.is_deltatable(str(events_root)):
+        return []
+    data = _query(DeltaTable(str(events_root)), 'SELECT "partition", "offset" FROM lake').to_pydict()
+    return list(zip(data["partition"], data["offset"], strict=True))
 
 
-def tree_hashes(base: Path) -> dict[str, str]:
-    """A digest of every file under ``base`` (relative path -> digest): Parquet by :func:`parquet_digest`."""
-    return {
-        str(p.relative_to(base)): parquet_digest(p)
-        if p.suffix == ".parquet"
-        else hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(base.rglob("*"))
-        if p.is_file()
-    }
+def committed_files(dataset: Path) -> set[str]:
+    """Every data file any commit of a Delta table added, from its log (relative paths, unquoted)."""
+    from urllib.parse import unquote
+
+    added: set[str] = set()
+    for entry in sorted((dataset / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "add" in action:
+                added.add(unquote(action["add"]["path"]))
+    return added
+
+
+def uncommitted_files(dataset: Path) -> list[Path]:
+    """Data files under a Delta table that no commit added: what a writer killed mid-write leaves."""
+    if not (dataset / "_delta_log").is_dir():
+        return sorted(dataset.rglob("*.parquet"))
+    added = committed_files(dataset)
+    return sorted(p for p in dataset.rglob("*.parquet") if str(p.relative_to(dataset)) not in added)
+
+
+def table_contents(base: Path) -> dict[str, list[str]]:
+    """Every dataset under a table's lake folder as its rows (read with delta-rs), in a stable order."""
+    from deltalake import DeltaTable
+
+    contents = {}
+    for dataset in sorted(p for p in base.iterdir() if (p / "_delta_log").is_dir()):
+        rows = _query(DeltaTable(str(dataset)), "SELECT * FROM lake").to_pylist()
+        contents[dataset.name] = sorted(repr(sorted(r.items())) for r in rows)
+    return contents

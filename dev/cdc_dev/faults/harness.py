@@ -37,6 +37,7 @@ from .checks import (
     lake_rows,
     source_rows,
     topic_offsets,
+    uncommitted_files,
 )
 from .result import ScenarioResult, compare
 
@@ -320,15 +321,17 @@ class FaultRunner:
         return found
 
     def stages(self) -> list[Path]:
-        """Half-written dataset folders of the table: what a killed writer leaves under ``_staging``."""
+        """Data files of the table's datasets that no Delta commit names: a write in progress, or killed."""
         base = self.config.lake_root / TABLE
-        return sorted(p for p in base.glob("*/_staging/*") if ".replaced-" not in p.name)
+        if not base.is_dir():
+            return []
+        return [f for dataset in sorted(p for p in base.iterdir() if p.is_dir()) for f in uncommitted_files(dataset)]
 
     def events_match_kafka(self, run_id: str) -> dict[str, int]:
         """The run's bronze events against Kafka: each committed record of the range exactly once.
 
-        Read with pyarrow from the ``events`` partitions (any attempt's leftovers included), so a
-        second copy appended by a retried task, or a record lost by it, shows up.
+        Read with delta-rs from the committed ``events`` table, so a second copy appended by a retried
+        task, or a record lost by it, shows up.
         """
         start, end = self.range_of(run_id)
         positions = event_positions(self.config.lake_root / TABLE / "events")

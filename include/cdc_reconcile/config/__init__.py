@@ -46,10 +46,20 @@ class TableConfig:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """How much of the lake is kept: the newest ``keep_runs`` runs' per-run datasets, and table
+    versions (and files) for ``vacuum_hours``. A run older than that can no longer be re-run."""
+
+    keep_runs: int = 336
+    vacuum_hours: float = 168.0
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     tables: tuple[TableConfig, ...]
     topic_prefix: str
     watermark_table: str
+    retention: Retention = Retention()
 
     def table(self, name: str) -> TableConfig:
         for table in self.tables:
@@ -105,7 +115,27 @@ def parse_config(document: dict, source: str = DEFAULT_SOURCE) -> PipelineConfig
     names = [t.name for t in tables]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: a table is listed twice: {names}")
-    return PipelineConfig(tables=tuple(tables), topic_prefix=prefix, watermark_table=watermark)
+    return PipelineConfig(
+        tables=tuple(tables),
+        topic_prefix=prefix,
+        watermark_table=watermark,
+        retention=_retention(document.get("retention") or {}, f"{source}: retention"),
+    )
+
+
+def _retention(section: object, where: str) -> Retention:
+    if not isinstance(section, dict) or set(section) - {"keep_runs", "vacuum_hours"}:
+        raise ConfigError(f"{where}: a mapping with keep_runs (runs kept, >= 2) and vacuum_hours (>= 168)")
+    keep_runs = section.get("keep_runs", Retention.keep_runs)
+    vacuum_hours = section.get("vacuum_hours", Retention.vacuum_hours)
+    if not isinstance(keep_runs, int) or isinstance(keep_runs, bool) or keep_runs < 2:
+        raise ConfigError(f"{where}.keep_runs: {keep_runs!r}; keep at least 2 runs (a run reads its predecessor's)")
+    if not isinstance(vacuum_hours, int | float) or vacuum_hours < 168:
+        raise ConfigError(
+            f"{where}.vacuum_hours: {vacuum_hours!r}; Delta refuses to vacuum files younger than 168 hours "
+            "(a reader of an older version may still need them)"
+        )
+    return Retention(keep_runs=keep_runs, vacuum_hours=float(vacuum_hours))
 
 
 def default_config() -> PipelineConfig:

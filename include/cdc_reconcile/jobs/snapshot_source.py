@@ -1,4 +1,4 @@
-"""Spark job ``snapshot_source``: a consistent JDBC snapshot of one configured table, published as Parquet.
+"""Spark job ``snapshot_source``: a consistent JDBC snapshot of one configured table, published to the lake (Delta).
 
     spark-submit .../cdc_reconcile/jobs/snapshot_source.py --table public.customers --run-id <dag run id> \\
         --lake-root /data/lake --jdbc-url jdbc:postgresql://host:5432/db --dsn "host=... dbname=..." \\
@@ -52,13 +52,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def snapshot(table: TableConfig) -> int:
         source = SourceDatabase(dsn=args.dsn, jdbc_url=args.jdbc_url, user=args.user, password=args.password)
-        settings = RunSettings(lake_root=args.lake_root, source=source)
+        settings = RunSettings(lake_root=args.lake_root, state_dsn=args.state_dsn, source=source)
         with spark_run(PROG, table, args, settings) as run:
             result = run.snapshot(
                 partitions=args.partitions, fetch_size=args.fetch_size, output_files=args.output_files
             )
             if args.keep:
-                storage.prune(run.lake.snapshot, args.keep)
+                storage.prune(run.spark, run.lake.snapshot, args.keep)
         print(summary_line(result.summary()))
         return EXIT_DONE
 

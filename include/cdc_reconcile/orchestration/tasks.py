@@ -21,7 +21,6 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import TABLE_NAME_PATTERN as TABLE_NAME_PATTERN  # the trigger form's check of a name
@@ -312,8 +311,10 @@ def confirm_repair(table_name: str, run_id: str, dry_run: bool, ti: Any) -> dict
 
 
 def lake_table_uri(table_name: str) -> str:
-    """The Asset URI of a table's lake copy."""
-    return (Path(lake_root()) / table_name / "table").resolve().as_uri()
+    """The Asset URI of a table's lake copy: the Delta table's URI."""
+    from ..storage import join
+
+    return join(lake_root(), table_name, "table")
 
 
 def publish_assets(tables: Sequence[str], outlet_events: Mapping[Any, Any], alias: Any) -> list[str]:

@@ -70,6 +70,31 @@ CREATE TABLE IF NOT EXISTS cdc_reconcile.snapshots (
     CHECK (snapshot_xmin <= snapshot_xmax)
 );
 
+-- Every Delta commit a run made to the lake, per dataset: which version it committed and, for the lake
+-- table, the version it folded onto. Operators read it to see what a run published; retention reads it
+-- to say which runs can no longer be re-run.
+CREATE TABLE IF NOT EXISTS cdc_reconcile.lake_commits (
+    run_id         text        NOT NULL,
+    table_name     text        NOT NULL,
+    dataset        text        NOT NULL,
+    location       text        NOT NULL,
+    version        bigint      NOT NULL CHECK (version >= 0),
+    base_version   bigint,
+    rows_written   bigint,
+    bytes_written  bigint,
+    committed_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (location, version)
+);
+CREATE INDEX IF NOT EXISTS lake_commits_run ON cdc_reconcile.lake_commits (run_id, table_name, dataset);
+
+-- Runs whose lake datasets retention removed (by their lake name): they can no longer be re-run.
+CREATE TABLE IF NOT EXISTS cdc_reconcile.pruned_runs (
+    run_name    text        NOT NULL,
+    table_name  text        NOT NULL,
+    pruned_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_name, table_name)
+);
+
 CREATE TABLE IF NOT EXISTS cdc_reconcile.expectation_results (
     id          bigserial   PRIMARY KEY,
     run_id      text        NOT NULL,

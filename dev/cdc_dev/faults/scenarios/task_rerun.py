@@ -13,13 +13,13 @@ import time
 from ...stack import StackError
 from ...stack.airflow import airflow_environment, venv_bin
 from ...stack.dag_runs import DAG_ID
-from ..checks import TABLE, tree_hashes
+from ..checks import TABLE, table_contents
 from ..harness import GROUP, FaultRunner
 from ..result import ScenarioResult
 
 
 def task_rerun(runner: FaultRunner) -> ScenarioResult:
-    """``airflow tasks test`` of ``compact_cdc`` for the last clean run; every lake file compared before and after."""
+    """``airflow tasks test`` of ``compact_cdc`` for the last clean run; each dataset compared by rows."""
     result = ScenarioResult("task_rerun", "7. compact_cdc re-run for the same DAG run", has_second_run=False)
     began = time.monotonic()
     runner.ensure_baseline()
@@ -28,7 +28,7 @@ def task_rerun(runner: FaultRunner) -> ScenarioResult:
         raise StackError("task_rerun needs a finished clean DAG run; the baseline run was not clean")
     config = runner.config
     base = config.lake_root / TABLE
-    before = tree_hashes(base)
+    before = table_contents(base)
     task_id = f"{GROUP}.compact_cdc"
     log = config.logs_dir / f"faults-task-rerun-{time.strftime('%Y%m%dT%H%M%S')}.log"
     with log.open("w") as out:
@@ -41,14 +41,14 @@ def task_rerun(runner: FaultRunner) -> ScenarioResult:
             check=False,
             cwd=str(config.run_dir),
         )
-    after = tree_hashes(base)
+    after = table_contents(base)
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     result.run_ids = [run_id]
     result.run_states = [f"tasks test exit {done.returncode}"]
     result.injected = {"task_reruns": 1, "task": task_id}
-    result.detected = {"changed_files": len(changed)}
-    result.independent = {"changed_files": 0}
-    result.notes.append(f"{len(before)} files compared (Parquet by data pages and footer); log {log}")
+    result.detected = {"changed_datasets": len(changed)}
+    result.independent = {"changed_datasets": 0}
+    result.notes.append(f"{len(before)} datasets compared row by row (delta-rs); log {log}")
     if changed:
         result.notes.append(f"changed: {changed[:10]}")
     if done.returncode != 0:

@@ -1,0 +1,101 @@
+"""Publishing a run's fold to the lake table: one commit, onto the version the run's predecessor published.
+
+The common hour changes a small share of the keys, so the fold is a MERGE of just those keys: the
+keys the run's changelog (and repairs) touch, folded from their rows at the base version, upserted or
+deleted. The table has deletion vectors, so a MERGE writes the changed rows, not the files that held
+their old versions, and a change data feed, so a run publishing again (reconcile, a retried task)
+also restores the keys its own earlier commits changed. What a MERGE of some keys cannot express is
+written as one overwrite from the base: the first run, a full rescan, a snapshot round (a complete
+table image), a truncate, and a change of the table's columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import names, storage
+from .compaction import CDC_COLUMNS, TRUNCATE, fold_table, without_redeliveries
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# Set when the first commit creates the table.
+TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"}
+
+
+@dataclass(frozen=True)
+class FoldInputs:
+    """What a run folds: its changelog (repairs included), and the table as its predecessor published it."""
+
+    changelog: DataFrame
+    spec: dict[str, str]
+    key: Sequence[str]
+    previous: DataFrame | None  # the base version's rows; None: fold from nothing
+    base: int | None  # the base version
+    latest: int | None  # the table's newest version (this run's own earlier commit, or the base)
+    resets: DataFrame
+
+
+def overwrite_reason(inputs: FoldInputs) -> str | None:
+    """Why the fold must overwrite the table instead of merging its changed keys, or None."""
+    if inputs.previous is None:
+        return "no base table (first run or full rescan)"
+    if list(inputs.previous.columns) != [*inputs.spec, *CDC_COLUMNS]:
+        return "the table's columns changed"
+    if inputs.resets.limit(1).count():
+        return "a snapshot round images the whole table"
+    if inputs.changelog.filter(names.column("op") == TRUNCATE).limit(1).count():
+        return "a truncate empties the table"
+    return None
+
+
+def touched_keys(inputs: FoldInputs, location: str) -> DataFrame | None:
+    """Keys the fold must rewrite: its changes' keys and those this run's earlier commits changed.
+
+    None when the change feed of those commits cannot be read (the caller overwrites instead).
+    """
+    key_columns = names.columns(inputs.key)
+    changes = without_redeliveries(inputs.changelog).filter(names.column("op") != TRUNCATE).select(*key_columns)
+    if inputs.latest is not None and inputs.base is not None and inputs.latest > inputs.base:
+        earlier = storage.changed_keys(changes.sparkSession, location, inputs.key, inputs.base + 1, inputs.latest)
+        if earlier is None:
+            return None
+        changes = changes.unionByName(earlier)
+    return changes.distinct()
+
+
+def merge_source(inputs: FoldInputs, keys: DataFrame) -> DataFrame:
+    """Each touched key's folded row, or a delete flag for a key the fold removes."""
+    from pyspark.sql import functions as F
+
+    key_columns = names.columns(inputs.key)
+    assert inputs.previous is not None
+    previous = inputs.previous.join(keys, [*inputs.key], "left_semi")
+    upserts = fold_table(inputs.changelog, inputs.spec, inputs.key, previous=previous).withColumn(
+        storage.DELETE_FLAG, F.lit(False)
+    )
+    deletes = keys.join(upserts.select(*key_columns), [*inputs.key], "left_anti").withColumn(
+        storage.DELETE_FLAG, F.lit(True)
+    )
+    return upserts.unionByName(deletes, allowMissingColumns=True)
+
+
+def publish_fold(inputs: FoldInputs, location: str, run: str, *, full_rescan: bool) -> tuple[storage.Commit, str]:
+    """Fold and publish in one commit; returns it and how it was written (``merge`` or ``overwrite: why``)."""
+    metadata = {"base_version": inputs.base, "full_rescan": full_rescan}
+    reason = overwrite_reason(inputs)
+    keys = None if reason else touched_keys(inputs, location)
+    if reason is None and keys is None:
+        reason = "the change feed of this run's earlier commit is unreadable"
+    if reason is None and keys is not None:
+        metadata["written_as"] = "merge"
+        commit = storage.merge(merge_source(inputs, keys), location, run, inputs.key, metadata=metadata)
+        return commit, "merge"
+    table = fold_table(inputs.changelog, inputs.spec, inputs.key, previous=inputs.previous, resets=inputs.resets)
+    metadata["written_as"] = f"overwrite: {reason}"
+    commit = storage.publish(
+        table, location, run, sort_by=list(inputs.key), metadata=metadata, properties=TABLE_PROPERTIES
+    )
+    return commit, f"overwrite: {reason}"

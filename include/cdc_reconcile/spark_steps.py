@@ -1,0 +1,47 @@
+"""Spark's side of a run: reading a sealed Kafka range, and naming the Spark jobs of a step."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def read_kafka_range(
+    spark: SparkSession, bootstrap: str, starting: str, ending: str, *, min_partitions: int | None = None
+) -> DataFrame:
+    """Exactly the sealed offset range, ``read_committed``: aborted records never enter the lake.
+
+    ``min_partitions`` (default: all cores) splits each topic partition's range into several read
+    tasks: a CDC topic often has one partition, and its envelope parse would otherwise run as one
+    task on one core.
+    """
+    assign = json.dumps({topic: sorted(int(p) for p in parts) for topic, parts in json.loads(starting).items()})
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("assign", assign)
+        .option("startingOffsets", starting)
+        .option("endingOffsets", ending)
+        .option("kafka.isolation.level", "read_committed")
+        .option("failOnDataLoss", "true")
+        .option("minPartitions", str(min_partitions or spark.sparkContext.defaultParallelism))
+        .load()
+        .select("topic", "partition", "offset", "key", "value")
+    )
+
+
+@contextlib.contextmanager
+def described(spark: SparkSession, what: str) -> Iterator[None]:
+    """Name the Spark jobs of a block (Spark UI, event log, the bench's stage profile)."""
+    context = spark.sparkContext
+    previous = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(what)
+    try:
+        yield
+    finally:
+        context.setJobDescription(previous)  # type: ignore[arg-type]
