@@ -134,6 +134,19 @@ def test_a_session_on_the_cluster_writes_and_reads_parquet_on_hdfs(cluster: Stac
     eventually(lambda: not any(map(pid_alive, executor)), timeout=60, what=f"executor processes {executor} gone")
 
 
+def test_start_restarts_a_killed_datanode_and_worker(cluster: Stack) -> None:
+    """After ``kill -9`` the NameNode still counts the DataNode live, and the master may still list the
+    worker: health asks the DataNode and the worker themselves, so ``start`` really starts them again."""
+    kept = (cluster.hdfs.namenode.pid(), cluster.spark.master.pid())
+    cluster.hdfs.datanode.kill()
+    cluster.spark.worker.kill()
+    assert [r.healthy for r in cluster.cluster_status()] == [True, False, True, False]
+    cluster.start_cluster()
+    assert (cluster.hdfs.namenode.pid(), cluster.spark.master.pid()) == kept
+    assert all(r.healthy for r in cluster.cluster_status())
+    assert cluster.hdfs.datanode_registered() and cluster.spark.worker_healthy()
+
+
 def test_start_is_idempotent_and_stop_leaves_nothing(cluster: Stack) -> None:
     pids = {p.name: p.pid() for p in _processes(cluster)}
     timings = cluster.start_cluster()

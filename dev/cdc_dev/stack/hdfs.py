@@ -7,6 +7,7 @@ servers' protocol. Everything binds to 127.0.0.1: a development stack, not a clu
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -36,6 +37,7 @@ log4j.logger.BlockStateChange=WARN
 # ships none (the tarball has them as files), so empty folders stand in: /jmx and WebHDFS still answer.
 WEBAPPS = ("hdfs", "datanode", "static")
 FS_STATE_BEAN = "Hadoop:service=NameNode,name=FSNamesystemState"
+DATANODE_BEAN = "Hadoop:service=DataNode,name=DataNodeInfo"
 
 
 def site_xml(properties: Mapping[str, str]) -> str:
@@ -146,6 +148,8 @@ class Hdfs:
             self.conf_dir,
             "org.apache.hadoop.hdfs.server.namenode.NameNode",
             "-format",
+            # reached only without a VERSION file: a folder a failed format left behind is overwritten
+            "-force",
             "-nonInteractive",
             "-clusterid",
             "cdc-stack",
@@ -160,22 +164,31 @@ class Hdfs:
 
     def fs_state(self) -> dict[str, Any]:
         """The NameNode's FSNamesystemState bean from its /jmx: ``FSState`` and ``NumLiveDataNodes``."""
-        response = requests.get(f"{self.config.hdfs_namenode_ui_url}/jmx", params={"qry": FS_STATE_BEAN}, timeout=5)
-        response.raise_for_status()
-        beans = response.json()["beans"]
-        return beans[0] if beans else {}
+        return _bean(f"{self.config.hdfs_namenode_ui_url}/jmx", FS_STATE_BEAN)
+
+    def datanode_registered(self) -> bool:
+        """The DataNode's own view: its connection to the NameNode is RUNNING (registered, reporting).
+
+        The NameNode's live count alone is not enough: it counts a DataNode killed a moment ago as
+        live for minutes (until ``dfs.namenode.heartbeat.recheck-interval`` passes).
+        """
+        info = _bean(f"http://{self.config.host}:{self.config.hdfs_datanode_http_port}/jmx", DATANODE_BEAN)
+        actors = json.loads(info.get("BPServiceActorInfo") or "[]")
+        return bool(actors) and all(actor.get("ActorState") == "RUNNING" for actor in actors)
 
     def namenode_healthy(self) -> bool:
         """Out of safe mode: the namespace accepts writes."""
         return self.fs_state().get("FSState") == "Operational"
 
     def datanode_healthy(self) -> bool:
-        """The NameNode counts a live DataNode (ours: the only one configured)."""
-        return self.datanode.running() and self.fs_state().get("NumLiveDataNodes", 0) >= 1
+        """Registered with the NameNode, which counts it live (ours: the only one configured)."""
+        return (
+            self.datanode.running() and self.datanode_registered() and self.fs_state().get("NumLiveDataNodes", 0) >= 1
+        )
 
     def healthy(self) -> bool:
-        state = self.fs_state()
-        return state.get("FSState") == "Operational" and state.get("NumLiveDataNodes", 0) >= 1
+        """Out of safe mode with one live DataNode: the file system takes reads and writes."""
+        return self.namenode_healthy() and self.datanode_healthy()
 
     def start(self, timeout: float = 120) -> None:
         if self.namenode.running() and self.datanode.running() and answers(self.healthy):
@@ -226,3 +239,11 @@ class Hdfs:
 
     def pids(self) -> list[int]:
         return [pid for pid in (self.namenode.pid(), self.datanode.pid()) if pid is not None]
+
+
+def _bean(jmx_url: str, name: str) -> dict[str, Any]:
+    """One MBean from a Hadoop daemon's /jmx servlet; empty when it does not have it (yet)."""
+    response = requests.get(jmx_url, params={"qry": name}, timeout=5)
+    response.raise_for_status()
+    beans = response.json()["beans"]
+    return beans[0] if beans else {}

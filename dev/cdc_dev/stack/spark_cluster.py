@@ -107,23 +107,26 @@ class SparkCluster:
 
     def master_state(self) -> dict[str, Any]:
         """The master web UI's JSON: ``status`` and the registered ``workers`` with their ``state``."""
-        response = requests.get(f"{self.config.spark_master_ui_url}/json/", timeout=5)
-        response.raise_for_status()
-        return response.json()
-
-    def alive_workers(self) -> list[dict[str, Any]]:
-        return [w for w in self.master_state().get("workers", []) if w.get("state") == "ALIVE"]
+        return _json(f"{self.config.spark_master_ui_url}/json/")
 
     def master_healthy(self) -> bool:
         return self.master_state().get("status") == "ALIVE"
 
     def worker_healthy(self) -> bool:
-        return self.worker.running() and bool(self.alive_workers())
+        """Our worker (by the id its own UI reports) is ALIVE at the master.
+
+        Not just any ALIVE worker: one killed a moment ago can still be listed, and a restarted one
+        registers under a new id.
+        """
+        if not self.worker.running():
+            return False
+        worker_id = _json(f"{self.config.spark_worker_ui_url}/json/").get("id")
+        workers = self.master_state().get("workers", [])
+        return any(w.get("id") == worker_id and w.get("state") == "ALIVE" for w in workers)
 
     def healthy(self) -> bool:
-        state = self.master_state()
-        alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
-        return state.get("status") == "ALIVE" and len(alive) >= 1
+        """The master ALIVE with our worker ALIVE: applications get executors."""
+        return self.master_healthy() and self.worker_healthy()
 
     def start(self, timeout: float = 90) -> None:
         if self.master.running() and self.worker.running() and answers(self.healthy):
@@ -160,3 +163,9 @@ class SparkCluster:
 
     def pids(self) -> list[int]:
         return [pid for pid in (self.master.pid(), self.worker.pid()) if pid is not None]
+
+
+def _json(url: str) -> dict[str, Any]:
+    response = requests.get(url, timeout=5)
+    response.raise_for_status()
+    return response.json()
