@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the two README commands need, from package registries only:
 # Debian's PostgreSQL 15, Chromium and npm, a Python 3.11 virtualenv from PyPI, the Kafka/Connect/
-# Debezium jars from Maven Central and the Data Docs' CDN files from the npm registry (both cached
-# under .cache/). Safe to run twice: each step checks before it works.
+# Debezium and HDFS jars from Maven Central and the Data Docs' CDN files from the npm registry (both
+# cached under .cache/). Safe to run twice: each step checks before it works.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -57,6 +57,19 @@ if ! stamp_ok "$CACHE/stack/.cdc-stamp" "$mvn_stamp" || [ ! -d "$CACHE/stack/con
   say "fetching Kafka and Debezium from Maven Central"
   mvn -q -B -f "$ROOT/stack/pom.xml" generate-resources -Dstack.cache="$CACHE/stack"
   echo "$mvn_stamp" > "$CACHE/stack/.cdc-stamp"
+fi
+# 3b. HDFS (NameNode, DataNode) from Maven Central: Hadoop at the version of pyspark's bundled client.
+#     Its own pom and stamp, so changing it does not fetch Kafka again.
+hadoop_pom=$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$ROOT/stack/hdfs/pom.xml")
+hadoop_pyspark=$("$VENV/bin/python" -c 'import pathlib, pyspark
+print(*[p.name[18:-4] for p in (pathlib.Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")])')
+[ "$hadoop_pom" = "$hadoop_pyspark" ] \
+  || die "stack/hdfs/pom.xml has hadoop.version $hadoop_pom but pyspark bundles Hadoop $hadoop_pyspark: make them equal"
+hdfs_stamp=$(sha256sum "$ROOT/stack/hdfs/pom.xml" | cut -d' ' -f1)
+if ! stamp_ok "$CACHE/stack/hdfs-libs/.cdc-stamp" "$hdfs_stamp"; then
+  say "fetching Hadoop HDFS from Maven Central"
+  mvn -q -B -f "$ROOT/stack/hdfs/pom.xml" generate-resources -Dstack.cache="$CACHE/stack"
+  echo "$hdfs_stamp" > "$CACHE/stack/hdfs-libs/.cdc-stamp"
 fi
 # 4. The files Great Expectations' Data Docs load from CDNs, from the npm registry (CDC_DATA_DOCS_ASSETS
 #    names this folder for the stack and the tests); fetched again when the asset list changes.

@@ -29,6 +29,15 @@ RUNNER_ENV = {
     "CDC_KAFKA_CONTROLLER_PORT": "59153",
     "CDC_CONNECT_PORT": "58143",
     "CDC_AIRFLOW_PORT": "58195",
+    # HDFS and the Spark cluster, for scenarios that start them (Stack(cluster=True)): the dev ports + 60
+    "CDC_HDFS_NAMENODE_PORT": "59080",
+    "CDC_HDFS_NAMENODE_HTTP_PORT": "59930",
+    "CDC_HDFS_DATANODE_PORT": "59926",
+    "CDC_HDFS_DATANODE_HTTP_PORT": "59924",
+    "CDC_HDFS_DATANODE_IPC_PORT": "59927",
+    "CDC_SPARK_MASTER_PORT": "57137",
+    "CDC_SPARK_MASTER_UI_PORT": "58540",
+    "CDC_SPARK_WORKER_UI_PORT": "58541",
 }
 
 

@@ -1,5 +1,5 @@
-"""The embedded stack: PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium, optionally Airflow, on one
-machine, no Docker.
+"""The embedded stack: PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium, optionally HDFS with a Spark
+standalone cluster and Airflow, on one machine, no Docker.
 
 Imported by the command line, the demo and the tests; the pipeline itself never imports it.
 """
@@ -14,9 +14,11 @@ from typing import Any
 from .airflow import Airflow, airflow_environment, migrate
 from .config import StackConfig
 from .connect import Connect, connector_config
+from .hdfs import Hdfs
 from .kafka import Kafka
 from .postgres import Postgres
 from .process import StackError, pid_alive, wait_until
+from .spark_cluster import SparkCluster, cluster_session_conf
 
 
 @dataclass
@@ -31,15 +33,20 @@ class ComponentStatus:
 class Stack:
     """Bring the stack up in dependency order, report on it, and take it down in reverse."""
 
-    def __init__(self, config: StackConfig | None = None, *, airflow: bool = False) -> None:
+    def __init__(self, config: StackConfig | None = None, *, airflow: bool = False, cluster: bool = False) -> None:
         self.config = config or StackConfig()
         self.postgres = Postgres(self.config)
         self.kafka = Kafka(self.config)
         self.connect = Connect(self.config)
         self.airflow = Airflow(self.config)
+        self.hdfs = Hdfs(self.config)
+        self.spark = SparkCluster(self.config, self.hdfs.conf_dir)
         # Airflow costs a minute and a gigabyte, so ``up`` starts it only when asked; ``down`` and
         # ``status`` always cover it, so nothing it left running goes unnoticed.
         self.with_airflow = airflow
+        # HDFS and the Spark cluster (four JVMs) likewise: only for work that needs a shared lake or
+        # executors outside the driver
+        self.with_cluster = cluster
         self.connector_outcome: str | None = None
 
     def up(self, *, register: bool = True, exactly_once: bool = True) -> dict[str, float]:
@@ -57,11 +64,26 @@ class Stack:
             began = time.monotonic()
             self.connector_outcome = self.register_connector(exactly_once="required" if exactly_once else "requested")
             timings["connector"] = round(time.monotonic() - began, 2)
+        if self.with_cluster:
+            timings.update(self.start_cluster())
         if self.with_airflow:
             began = time.monotonic()
             self.airflow.start()
             timings["airflow"] = round(time.monotonic() - began, 2)
         return timings
+
+    def start_cluster(self) -> dict[str, float]:
+        """Start HDFS, then the Spark master and worker (executors need HDFS's configuration); seconds each."""
+        timings = {}
+        for name, step in (("hdfs", self.hdfs.start), ("spark", self.spark.start)):
+            began = time.monotonic()
+            step()
+            timings[name] = round(time.monotonic() - began, 2)
+        return timings
+
+    def stop_cluster(self) -> list[str]:
+        """Stop the Spark cluster (its executors with it), then HDFS; the names of those that ran."""
+        return [c.name for c in (self.spark, self.hdfs) if c.stop()]
 
     def register_connector(self, *, schemas: bool = True, exactly_once: str = "required") -> str:
         """Create the Debezium connector if Connect does not have it, and wait until it runs.
@@ -84,10 +106,12 @@ class Stack:
         return outcome if state == "RUNNING" else f"{outcome}, {state} by its user"
 
     def down(self, *, destroy: bool = False) -> list[str]:
-        """Stop Airflow, Connect, Kafka, PostgreSQL in that order; ``destroy`` also removes their data."""
+        """Stop Airflow, Spark, HDFS, Connect, Kafka, PostgreSQL in that order; ``destroy`` also removes
+        their data."""
         stopped = []
         if self.airflow.stop():
             stopped.append("airflow")
+        stopped += self.stop_cluster()
         if self.connect.stop():
             stopped.append("connect")
         if self.kafka.stop():
@@ -106,6 +130,8 @@ class Stack:
             [pid for pid in pids if pid is not None]
             + [pid for pid in self.postgres.server_pids() if pid_alive(pid)]
             + self.airflow.leftover_pids()
+            + self.spark.pids()
+            + self.hdfs.pids()
         )
 
     def status(self) -> list[ComponentStatus]:
@@ -139,6 +165,8 @@ class Stack:
             state = connector["connector"]["state"]
             ok = state == "RUNNING" and "FAILED" not in tasks and tasks != "no tasks"
             result.append(ComponentStatus("connector", state == "RUNNING", ok, None, f"{state}; {tasks}"))
+        if self.with_cluster or self.hdfs.pids() or self.spark.pids():
+            result += self.cluster_status()
         if self.with_airflow or self.airflow.running():
             healthy = self.airflow.service_health()
             details = {
@@ -154,6 +182,27 @@ class Stack:
                 )
         return result
 
+    def cluster_status(self) -> list[ComponentStatus]:
+        """HDFS's two nodes and Spark's master and worker: pid, health, address, log."""
+        cfg, hdfs, spark = self.config, self.hdfs, self.spark
+        namenode = f"{cfg.hdfs_url}, UI {cfg.hdfs_namenode_ui_url}"
+        master = f"{cfg.spark_master_url}, UI {cfg.spark_master_ui_url}"
+        rows = (
+            ("hdfs namenode", hdfs.namenode, hdfs.namenode_healthy, namenode),
+            ("hdfs datanode", hdfs.datanode, hdfs.datanode_healthy, f"{cfg.host}:{cfg.hdfs_datanode_port}"),
+            ("spark master", spark.master, spark.master_healthy, master),
+            ("spark worker", spark.worker, spark.worker_healthy, f"UI {cfg.spark_worker_ui_url}"),
+        )
+        result = []
+        for name, process, healthy, detail in rows:
+            running = process.running()
+            result.append(
+                ComponentStatus(
+                    name, running, running and _safe(healthy), process.pid(), f"{detail}, log {process.log_file}"
+                )
+            )
+        return result
+
 
 def _safe(check, default: Any = False) -> Any:
     try:
@@ -162,4 +211,13 @@ def _safe(check, default: Any = False) -> Any:
         return default
 
 
-__all__ = ["ComponentStatus", "Stack", "StackConfig", "StackError", "airflow_environment", "migrate", "wait_until"]
+__all__ = [
+    "ComponentStatus",
+    "Stack",
+    "StackConfig",
+    "StackError",
+    "airflow_environment",
+    "cluster_session_conf",
+    "migrate",
+    "wait_until",
+]

@@ -25,13 +25,18 @@ def main(argv: list[str] | None = None) -> int:
         help="also start Airflow (API server + UI, scheduler, DAG processor) on the stack's PostgreSQL",
     )
     up.add_argument(
+        "--with-cluster",
+        action="store_true",
+        help="also start HDFS (NameNode + DataNode) and a Spark standalone cluster (master + worker)",
+    )
+    up.add_argument(
         "--eos-disabled",
         action="store_true",
         help="run the Connect worker with exactly.once.source.support=disabled (at-least-once)",
     )
     status = sub.add_parser("status", help="per-component state and the connector's task states")
     status.add_argument("--json", action="store_true")
-    down = sub.add_parser("down", help="stop everything the stack started, Airflow included")
+    down = sub.add_parser("down", help="stop everything the stack started, Airflow, Spark and HDFS included")
     down.add_argument("--destroy", action="store_true", help="also delete the run folder (data and logs)")
     airflow = sub.add_parser(
         "airflow",
@@ -46,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "airflow-env":
         print(export_lines(airflow_environment(StackConfig())))
         return 0
-    stack = Stack(airflow=args.command == "up" and args.with_airflow)
+    starting = args.command == "up"
+    stack = Stack(airflow=starting and args.with_airflow, cluster=starting and args.with_cluster)
     try:
         if args.command == "up":
             timings = stack.up(register=not args.no_register, exactly_once=not args.eos_disabled)
@@ -54,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             if stack.connector_outcome:
                 print(f"connector {stack.config.connector_name}: {stack.connector_outcome}")
             _print_status(stack, as_json=False)
+            cfg = stack.config
+            if stack.with_cluster:
+                print(f"HDFS: {cfg.hdfs_url} (lake {cfg.hdfs_lake_uri}), NameNode {cfg.hdfs_namenode_ui_url}/")
+                print(f"Spark: {cfg.spark_master_url}, master UI {cfg.spark_master_ui_url}/")
             if stack.with_airflow:
-                cfg = stack.config
                 print(
                     f"Airflow UI: {cfg.airflow_url}/  (user {cfg.airflow_user!r}, password from CDC_AIRFLOW_PASSWORD)"
                 )

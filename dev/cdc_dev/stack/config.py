@@ -29,6 +29,15 @@ def _env_int(name: str, default: int) -> int:
     return value
 
 
+def _env_count(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}={raw!r} is not a positive whole number; set it to one such as {default}")
+    return int(raw)
+
+
 def _env_path(name: str, default: Path) -> Path:
     raw = os.environ.get(name)
     return Path(raw).resolve() if raw else default
@@ -47,6 +56,20 @@ class StackConfig:
     airflow_port: int = field(default_factory=lambda: _env_int("CDC_AIRFLOW_PORT", 58080))
     airflow_dags_folder: Path = field(default_factory=lambda: _env_path("CDC_AIRFLOW_DAGS_FOLDER", REPO_ROOT / "dags"))
     airflow_password: str = field(default_factory=lambda: os.environ.get("CDC_AIRFLOW_PASSWORD") or "admin")
+    # HDFS and the Spark standalone cluster (``up --with-cluster``): Hadoop's and Spark's default ports
+    # moved into the stack's ranges, so a system HDFS or Spark on 8020/9870/7077/8080 is left alone
+    hdfs_namenode_port: int = field(default_factory=lambda: _env_int("CDC_HDFS_NAMENODE_PORT", 59020))
+    hdfs_namenode_http_port: int = field(default_factory=lambda: _env_int("CDC_HDFS_NAMENODE_HTTP_PORT", 59870))
+    hdfs_datanode_port: int = field(default_factory=lambda: _env_int("CDC_HDFS_DATANODE_PORT", 59866))
+    hdfs_datanode_http_port: int = field(default_factory=lambda: _env_int("CDC_HDFS_DATANODE_HTTP_PORT", 59864))
+    hdfs_datanode_ipc_port: int = field(default_factory=lambda: _env_int("CDC_HDFS_DATANODE_IPC_PORT", 59867))
+    spark_master_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_MASTER_PORT", 57077))
+    spark_master_ui_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_MASTER_UI_PORT", 58480))
+    spark_worker_ui_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_WORKER_UI_PORT", 58481))
+    # the worker offers both cores and 4 GiB to executors: on 2 cores / 24 GiB that leaves room for the
+    # other services, a driver and Airflow
+    spark_worker_cores: int = field(default_factory=lambda: _env_count("CDC_SPARK_WORKER_CORES", 2))
+    spark_worker_memory: str = field(default_factory=lambda: os.environ.get("CDC_SPARK_WORKER_MEMORY") or "4g")
     host: str = "127.0.0.1"
     pg_database: str = "cdc_demo"
     pg_user: str = "cdc"
@@ -83,6 +106,11 @@ class StackConfig:
         return self.cache_dir / "stack" / "kafka-libs"
 
     @property
+    def hdfs_libs(self) -> Path:
+        """Hadoop's NameNode and DataNode jars scripts/setup.sh fetched (``stack/hdfs/pom.xml``)."""
+        return self.cache_dir / "stack" / "hdfs-libs"
+
+    @property
     def connect_plugins(self) -> Path:
         return self.cache_dir / "stack" / "connect-plugins"
 
@@ -108,6 +136,32 @@ class StackConfig:
     @property
     def airflow_url(self) -> str:
         return f"http://{self.host}:{self.airflow_port}"
+
+    @property
+    def hdfs_url(self) -> str:
+        """The NameNode's file system URI (``fs.defaultFS``)."""
+        return f"hdfs://{self.host}:{self.hdfs_namenode_port}"
+
+    @property
+    def hdfs_lake_uri(self) -> str:
+        """The lake root on the stack's HDFS, for jobs whose executors must share it."""
+        return f"{self.hdfs_url}/lake"
+
+    @property
+    def hdfs_namenode_ui_url(self) -> str:
+        return f"http://{self.host}:{self.hdfs_namenode_http_port}"
+
+    @property
+    def spark_master_url(self) -> str:
+        return f"spark://{self.host}:{self.spark_master_port}"
+
+    @property
+    def spark_master_ui_url(self) -> str:
+        return f"http://{self.host}:{self.spark_master_ui_port}"
+
+    @property
+    def spark_worker_ui_url(self) -> str:
+        return f"http://{self.host}:{self.spark_worker_ui_port}"
 
     @property
     def lake_root(self) -> Path:

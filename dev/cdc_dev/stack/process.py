@@ -50,6 +50,14 @@ def wait_until(
         time.sleep(interval)
 
 
+def answers(check: Callable[[], object]) -> bool:
+    """``check()`` is true; a service that refuses the connection (still starting, stopped) is not."""
+    try:
+        return bool(check())
+    except Exception:
+        return False
+
+
 def _log_hint(log: Path | None) -> str:
     if log is None:
         return ""
