@@ -8,7 +8,8 @@
   repair: the run fails and one critical alert names missing, stale and extra rows;
 * a Spark job that hangs (its snapshot waits on a lock the test holds on the source table) is
   stopped at its execution timeout, its ``spark-submit`` and driver are gone, and one critical alert
-  says so.
+  says so;
+* with the lake root on HDFS, a run reconciles the lake there, and the table equals PostgreSQL.
 
 It runs after ``test_engine`` (file order) on ``public.order_lines``, whose topic the engine tests
 never damaged, so the first run can rebuild its lake from the whole topic (full rescan) whatever
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +33,7 @@ from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
+from cdc_dev.stack.hdfs import hadoop_java
 from cdc_reconcile import kafka_offsets, run_state, state_store
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.orchestration.limits import SPARK_TASK_SWITCH
@@ -290,3 +293,45 @@ def test_a_hung_spark_job_is_stopped_at_its_timeout_and_alerted(stack, config, p
     assert alert["run_id"] == result.run_id
     assert alert["task_id"] == f"{GROUP}.snapshot_source"
     assert "execution timeout of 0:00:45" in alert["text"]
+
+
+def test_a_run_with_the_lake_on_hdfs_reconciles_it_there(stack, config, pg, alerts, artifacts, tmp_path):
+    """One DAG run end to end with the lake root on the stack's HDFS (NameNode + DataNode).
+
+    The lake table is then copied out with Hadoop's own shell and read with delta-rs: no project code.
+    """
+    stack.hdfs.start()
+    try:
+        lake_root = f"{config.hdfs_lake_uri}/dag-run"
+        result = dag_run(
+            config,
+            alerts,
+            artifacts,
+            "hdfs",
+            env={"AIRFLOW_VAR_CDC_LAKE_ROOT": lake_root, "AIRFLOW_VAR_CDC_GX_ROOT": str(tmp_path / "gx")},
+            full_rescan=True,
+        )
+        assert result.state == "success", result
+        assert task(result, "publish_lake_table") == "success"
+        copied = tmp_path / "table"
+        done = subprocess.run(
+            hadoop_java(
+                config,
+                stack.hdfs.conf_dir,
+                "org.apache.hadoop.fs.FsShell",
+                "-get",
+                f"{lake_root}/{TABLE}/table",
+                str(copied),
+                heap="256m",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        table = delta_rows(copied, columns=["order_id", "line_no", "quantity"])
+        assert {(r["order_id"], r["line_no"], r["quantity"]) for r in table} == source_rows(pg)
+        assert not (config.lake_root / "dag-run").exists(), "the lake went to the local filesystem"
+    finally:
+        stack.hdfs.stop()
