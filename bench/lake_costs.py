@@ -77,7 +77,7 @@ def hour_of_changes(spark: SparkSession, rows: int, share: float, first_offset: 
     changed = max(1, int(rows * share))
     step = max(1, rows // changed)
     ids = spark.range(0, rows, step).limit(changed)
-    ops = F.when(F.col("id") % 10 == 0, F.lit("d")).otherwise(F.lit("u"))
+    ops = F.when(F.floor(F.col("id") / step) % 10 == 0, F.lit("d")).otherwise(F.lit("u"))
     existing = changelog(spark, ids, op=ops, first_offset=first_offset, version=version)
     inserts = changelog(
         spark, spark.range(rows, rows + changed // 10), op=F.lit("c"), first_offset=first_offset, version=version
@@ -122,9 +122,13 @@ def bytes_per_run(spark: SparkSession, work: Path, rows: int, share: float, repe
         )
         overwrite_seconds = time.monotonic() - began
         hour.unpersist()
+        written = storage.commit_bytes(spark, base, merged.version)
         return {
             "table_bytes": first.bytes_written,
-            "merge_bytes": merged.bytes_written,
+            "merge_bytes": float(sum(written.values())),
+            "merge_data_bytes": written["data"],
+            "merge_change_data_bytes": written["change_data"],
+            "merge_deletion_vector_bytes": written["deletion_vectors"],
             "overwrite_bytes": overwritten.bytes_written,
             "merge_seconds": merge_seconds,
             "overwrite_seconds": overwrite_seconds,

@@ -443,3 +443,25 @@ def prune(spark: SparkSession, location: str | Path, keep: int) -> list[str]:
     removed = [run for run in runs_newest_first(spark, location)[keep:] if run in present]
     delete_partitions(spark, location, removed)
     return removed
+
+
+def commit_bytes(spark: SparkSession, location: str | Path, version: int) -> dict[str, int]:
+    """Bytes a commit added, by kind (data files, change-data files, deletion vectors), from its log entry."""
+    from pyspark.sql import functions as F
+
+    entry = spark.read.json(f"{uri(location)}/_delta_log/{int(version):020d}.json")
+    sizes = {"data": 0, "change_data": 0, "deletion_vectors": 0}
+    if "add" in entry.columns:
+        add = entry.select("add.*").filter(F.col("path").isNotNull())
+        if "remove" in entry.columns:  # a file re-added with a deletion vector was not written again
+            removed = entry.select("remove.path").filter(F.col("path").isNotNull())
+            new_files = add.join(removed, "path", "left_anti")
+        else:
+            new_files = add
+        sizes["data"] = int(new_files.agg(F.sum("size")).first()[0] or 0)
+        if "deletionVector" in add.columns:
+            vectors = add.select("deletionVector.*").filter(F.col("storageType") == "u")
+            sizes["deletion_vectors"] = int(vectors.agg(F.sum("sizeInBytes")).first()[0] or 0)
+    if "cdc" in entry.columns:
+        sizes["change_data"] = int(entry.select("cdc.size").agg(F.sum("size")).first()[0] or 0)
+    return sizes
