@@ -95,7 +95,10 @@ def publish_fold(inputs: FoldInputs, location: str, run: str, *, full_rescan: bo
         return commit, "merge"
     table = fold_table(inputs.changelog, inputs.spec, inputs.key, previous=inputs.previous, resets=inputs.resets)
     metadata["written_as"] = f"overwrite: {reason}"
-    commit = storage.publish(
-        table, location, run, sort_by=list(inputs.key), metadata=metadata, properties=TABLE_PROPERTIES
-    )
+    properties = dict(TABLE_PROPERTIES)
+    if storage.needs_column_mapping(table.columns):
+        # Delta refuses overwrites of a column-mapped table with a change data feed: such a table has
+        # none, and a run publishing again overwrites it from its base instead of merging.
+        properties.pop("delta.enableChangeDataFeed")
+    commit = storage.publish(table, location, run, sort_by=list(inputs.key), metadata=metadata, properties=properties)
     return commit, f"overwrite: {reason}"

@@ -112,6 +112,11 @@ def join(root: str | Path, *parts: str) -> str:
     return "/".join([uri(root), *(p.strip("/") for p in parts)])
 
 
+def needs_column_mapping(columns: Sequence[str]) -> bool:
+    """Whether Delta needs column mapping for these names (a space, a comma, ...)."""
+    return any(_UNMAPPABLE.search(name) for name in columns)
+
+
 def _sql_path(location: str) -> str:
     return "delta.`" + uri(location).replace("`", "``") + "`"
 
@@ -259,7 +264,7 @@ def _write(
         writer = writer.partitionBy(partition_by)
     for name, value in (properties or {}).items():
         writer = writer.option(name, value)
-    if any(_UNMAPPABLE.search(name) for name in df.columns):
+    if needs_column_mapping(df.columns):
         # Delta needs column mapping for such names; plain names keep the table readable by every reader.
         writer = writer.option("delta.columnMapping.mode", "name")
     writer.save(uri(location))

@@ -95,3 +95,22 @@ def test_incremental_fold_and_storage_keep_the_names(spark, tmp_path):
     second = changelog_of(spark, [change(2, "u", 1, 2, 2.5, None, txid=95)])
     table = fold_table(second, SPEC, KEY, previous=published).select(*names.columns(COLUMNS))
     assertDataFrameEqual(table, rows(spark, [(1, 1, 1.5, "a"), (1, 2, 2.5, None)]))
+
+
+def test_a_merge_publication_takes_the_names_as_names(spark, tmp_path):
+    from cdc_reconcile.compaction import snapshot_resets
+    from cdc_reconcile.publication import FoldInputs, publish_fold
+
+    location = str(tmp_path / "table")
+    first = changelog_of(spark, [change(0, "c", 1, 1, 1.5, "a"), change(1, "c", 1, 2, 2.0, "b")])
+    publish_fold(
+        FoldInputs(first, SPEC, KEY, None, None, None, snapshot_resets(first)), location, "r1", full_rescan=False
+    )
+    second = changelog_of(spark, [change(2, "u", 1, 2, 2.5, None, txid=95), change(3, "d", 1, 1, txid=96)])
+    previous = storage.read(spark, location, 0)
+    inputs = FoldInputs(second, SPEC, KEY, previous, 0, 0, snapshot_resets(second))
+    commit, how = publish_fold(inputs, location, "r2", full_rescan=False)
+    assert how == "merge" and commit.version == 1
+    assertDataFrameEqual(
+        storage.read(spark, location).select(*names.columns(COLUMNS)), rows(spark, [(1, 2, 2.5, None)])
+    )
