@@ -349,9 +349,16 @@ def merge_sql(
 def changed_keys(
     spark: SparkSession, location: str | Path, key: Sequence[str], first: int, last: int
 ) -> DataFrame | None:
-    """The keys whose rows versions ``first``..``last`` changed (the table's change feed); None if unreadable."""
-    from pyspark.errors import AnalysisException
+    """The keys whose rows versions ``first``..``last`` changed (the table's change feed).
 
+    None when the table keeps no change feed or it does not cover those versions; the keys are
+    computed here (checkpointed), so a feed that cannot be read fails now, not inside the caller's MERGE.
+    """
+    from pyspark.errors import PySparkException
+
+    properties = spark.sql(f"DESCRIBE DETAIL {_sql_path(str(location))}").first()["properties"] or {}
+    if properties.get("delta.enableChangeDataFeed") != "true":
+        return None
     try:
         feed = (
             spark.read.format("delta")
@@ -360,8 +367,8 @@ def changed_keys(
             .option("endingVersion", int(last))
             .load(uri(location))
         )
-        return feed.select(*(_quoted(k) for k in key)).distinct()
-    except AnalysisException:
+        return feed.select(*(_quoted(k) for k in key)).distinct().localCheckpoint()
+    except PySparkException:
         return None
 
 
