@@ -134,6 +134,7 @@ def test_a_session_on_the_cluster_writes_and_reads_parquet_on_hdfs(cluster: Stac
     eventually(lambda: not any(map(pid_alive, executor)), timeout=60, what=f"executor processes {executor} gone")
 
 
+@pytest.mark.slow  # `-m slow`, to keep the test command under CI's limit
 def test_start_restarts_a_killed_datanode_and_worker(cluster: Stack) -> None:
     """After ``kill -9`` the NameNode still counts the DataNode live, and the master may still list the
     worker: health asks the DataNode and the worker themselves, so ``start`` really starts them again."""

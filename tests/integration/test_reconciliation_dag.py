@@ -295,6 +295,7 @@ def test_a_hung_spark_job_is_stopped_at_its_timeout_and_alerted(stack, config, p
     assert "execution timeout of 0:00:45" in alert["text"]
 
 
+@pytest.mark.slow  # a DAG run on HDFS (~5 min) runs with `-m slow`, keeping the test command under CI's limit
 def test_a_run_with_the_lake_on_hdfs_reconciles_it_there(stack, config, pg, alerts, artifacts, tmp_path):
     """One DAG run end to end with the lake root on the stack's HDFS (NameNode + DataNode).
 

@@ -214,6 +214,7 @@ def test_a_full_rescan_stays_one_through_reconcile(stack, config, spark, tmp_pat
     assert_lake_holds(spark, lake, pg, marker)
 
 
+@pytest.mark.slow  # three runs, ~3 min: `-m slow`, to keep the test command under CI's limit
 def test_a_run_older_than_the_retention_is_pruned_and_refused_by_name(stack, config, spark, tmp_path, pg, loader):
     """keep_runs=2: the third run prunes the first from every per-run dataset; re-running it is refused."""
     lake = tmp_path / "lake"
