@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from . import storage
@@ -158,8 +158,3 @@ def commit(
         return storage.publish(rows, location, run, sort_by=["id"], metadata=metadata)
     return storage.merge_sql(rows, location, run, MERGE_CLAUSES, metadata=metadata)
 
-
-def first_reads(events: DataFrame) -> Column:
-    """Per key, the transaction of its first table-image read in this range (by Kafka position)."""
-    so_far = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, 0)
-    return F.first(F.when(_table_image_read(), F.col("source_txid")), ignorenulls=True).over(so_far)

@@ -143,11 +143,6 @@ def run_versions(spark: SparkSession, location: str, run_id: str) -> TableVersio
     return TableVersions(latest, None, latest, False)
 
 
-def is_full_rescan(spark: SparkSession, lake: TableLake, run_id: str) -> bool:
-    """Whether this run rebuilt the table from the whole topic (recorded in its commit)."""
-    return table_versions(spark, lake, run_id).full_rescan
-
-
 def previous_table(spark: SparkSession, lake: TableLake, run_id: str) -> tuple[DataFrame | None, int | None]:
     """The lake table as the previous run published it, pinned to that version.
 

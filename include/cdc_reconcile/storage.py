@@ -268,11 +268,15 @@ def _write(
         # Delta needs column mapping for such names; plain names keep the table readable by every reader.
         writer = writer.option("delta.columnMapping.mode", "name")
     writer.save(uri(location))
-    newest = commits(df.sparkSession, location, limit=1)  # one writer per dataset: the newest is ours
-    commit = newest[0] if newest and newest[0].metadata.get("run") == run else None
-    if commit is None:
-        raise StorageError(f"{location}: the commit of run {run!r} is not in the table's history")
-    return commit
+    return _own_newest_commit(df.sparkSession, location, run)
+
+
+def _own_newest_commit(spark: SparkSession, location: str | Path, run: str) -> Commit:
+    """The commit ``run`` just made: the table's newest, since each dataset has one writer at a time."""
+    newest = commits(spark, location, limit=1)
+    if not newest or newest[0].metadata.get("run") != run:
+        raise StorageError(f"{location}: the commit of run {run!r} is not the table's newest")
+    return newest[0]
 
 
 def publish(
@@ -340,10 +344,7 @@ def merge_sql(
     finally:
         spark.conf.unset(conf_key)
         spark.catalog.dropTempView(view)
-    newest = commits(spark, location, limit=1)
-    if not newest or newest[0].metadata.get("run") != run:
-        raise StorageError(f"{location}: the MERGE of run {run!r} is not the table's newest commit")
-    return newest[0]
+    return _own_newest_commit(spark, location, run)
 
 
 def changed_keys(
