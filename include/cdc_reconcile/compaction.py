@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from . import names
+from .column_lineage import ColumnLineage
 from .debezium.decoding import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD, is_unavailable, split_decoded, tag_decode_errors
 from .debezium.envelope import QUARANTINE_COLUMNS
 from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, TableSpec
@@ -39,6 +40,8 @@ SNAPSHOT_RERUN = "snapshot_rerun"
 ORIGIN_DEBEZIUM = "debezium"
 # ``source.snapshot`` of the reads of an incremental (chunked, signal-started) snapshot
 INCREMENTAL_SNAPSHOT = "incremental"
+# source.snapshot of a round's final record: the table's last (several tables), or the snapshot's last
+COMPLETING_MARKS = ("last_in_data_collection", "last")
 ORIGIN_RECONCILE = "reconcile"
 IDENTITY = ("key", "op", "source_txid", "source_lsn")
 # lake-table metadata column -> the changelog column it keeps
@@ -87,33 +90,59 @@ def foreign_events(events: DataFrame, table: str) -> DataFrame:
     )
 
 
+def table_image_event() -> Column:
+    """An ``r`` event of a snapshot round that images the table (not an incremental snapshot's chunk)."""
+    return (
+        (F.col("op") == "r")
+        & F.col("source_txid").isNotNull()
+        & (F.coalesce(F.col("source_snapshot"), F.lit("")) != F.lit(INCREMENTAL_SNAPSHOT))
+    )
+
+
+def completed_rounds(events: DataFrame) -> DataFrame:
+    """``source_txid`` of each table-image round whose final record is among ``events``.
+
+    Debezium marks the last record of a table's snapshot ``source.snapshot`` = ``last_in_data_collection``
+    (``last`` when it is the last table): a round without it was interrupted, or is still going.
+    """
+    return events.filter(table_image_event() & F.col("source_snapshot").isin(*COMPLETING_MARKS)).select("source_txid")
+
+
 def mark_duplicates(events: DataFrame, history: DataFrame | None = None, state: DataFrame | None = None) -> DataFrame:
     """Add ``duplicate_class`` (null, ``redelivery`` or ``snapshot_rerun``) to this range's events.
 
     Earlier ranges are known either as ``history`` (what they landed: at least ``IDENTITY``,
     ``partition``, ``offset``) or as the per-key ``state`` that ``key_state`` keeps, which a run reads
-    instead of every earlier range. A change already there is a redelivery, and a snapshot round
-    already there makes a new round's ``r`` events for the same keys re-runs.
+    instead of every earlier range. A change already there is a redelivery. A table-image read is a
+    snapshot re-run when the key's previous read came from another round that never completed: the
+    connector snapshotted again after an interruption. A later round after a complete one (offsets
+    reset, a slot re-created) images the table anew and is no duplicate.
     """
     current = events.withColumn("_new", F.lit(True))
     if history is not None:
-        past = history.select(*IDENTITY, "partition", "offset").withColumn("_new", F.lit(False))
+        kept = [
+            *IDENTITY,
+            "partition",
+            "offset",
+            *(["source_snapshot"] if "source_snapshot" in history.columns else []),
+        ]
+        past = history.select(*kept).withColumn("_new", F.lit(False))
         current = current.unionByName(past, allowMissingColumns=True)
     first_seen = Window.partitionBy(*IDENTITY).orderBy("partition", "offset")
     ranked = current.withColumn("_copy", F.row_number().over(first_seen))
     is_snapshot = F.col("op") == "r"
-    # Snapshot rounds follow one another in the log, so an r event re-runs an earlier round exactly
-    # when the key's first snapshot read came from another snapshot transaction.
-    so_far = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, 0)
-    first_round = F.first(F.when(is_snapshot & (F.col("_copy") == 1), F.col("source_txid")), ignorenulls=True).over(
-        so_far
-    )
+    before = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
+    previous_round = F.last(
+        F.when(table_image_event() & (F.col("_copy") == 1), F.col("source_txid")), ignorenulls=True
+    ).over(before)
+    completed = completed_rounds(current)
     seen_before = F.lit(False)
     if state is not None:
-        from .key_state import STREAMED, key_rows, state_key
+        from .key_state import STREAMED, completed_rounds_of, key_rows, state_key
 
         ranked = ranked.join(key_rows(state), state_key() == F.col("_state_key"), "left")
-        first_round = F.coalesce(F.col("_state_first_round"), first_round)
+        previous_round = F.coalesce(previous_round, F.col("last_read_txid"))
+        completed = completed.unionByName(completed_rounds_of(state))
         streamed_again = F.col("op").isin(*STREAMED) & (F.col("source_lsn") <= F.col("last_lsn"))
         read_again = (
             is_snapshot
@@ -121,15 +150,18 @@ def mark_duplicates(events: DataFrame, history: DataFrame | None = None, state: 
             & (F.col("source_lsn") == F.col("last_read_lsn"))
         )
         seen_before = F.coalesce(streamed_again | read_again, F.lit(False))
+    complete = completed.distinct().select(F.col("source_txid").alias("_previous_round"), F.lit(True).alias("_done"))
+    ranked = ranked.withColumn("_previous_round", previous_round).join(F.broadcast(complete), "_previous_round", "left")
+    rerun = table_image_event() & (F.col("_previous_round") != F.col("source_txid")) & F.col("_done").isNull()
     classified = ranked.withColumn(
         "duplicate_class",
         F.when((F.col("_copy") > 1) | seen_before, F.lit(REDELIVERY))
-        .when(is_snapshot & (first_round != F.col("source_txid")), F.lit(SNAPSHOT_RERUN))
+        .when(rerun, F.lit(SNAPSHOT_RERUN))
         .otherwise(F.lit(None).cast("string")),
     )
-    dropped = ["_new", "_copy"]
+    dropped = ["_new", "_copy", "_previous_round", "_done"]
     if state is not None:
-        dropped += ["_state_key", "last_lsn", "_state_first_round", "last_read_txid", "last_read_lsn"]
+        dropped += ["_state_key", "last_lsn", "last_read_txid", "last_read_lsn"]
     return classified.filter("_new").drop(*dropped)
 
 
@@ -152,15 +184,20 @@ def key_columns(key: Sequence[str], *images: str) -> list[Column]:
 
 
 def decode_changes(
-    marked: DataFrame, spec: TableSpec, key: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
+    marked: DataFrame,
+    spec: TableSpec,
+    key: Sequence[str],
+    options: DecodeOptions = DEFAULT_OPTIONS,
+    lineage: ColumnLineage | None = None,
 ) -> DataFrame:
     """Typed changes with ``decode_errors``, duplicates included and flagged.
 
     Only deletes need their before-image (for the key); other events' before-images are not decoded,
-    which halves the cost with REPLICA IDENTITY FULL.
+    which halves the cost with REPLICA IDENTITY FULL. ``lineage`` fills the columns of events older
+    than a column's addition or rename.
     """
     kept = marked.withColumn("before", F.when(F.col("op") == "d", F.col("before")))
-    return tag_decode_errors(kept, spec, options)
+    return tag_decode_errors(kept, spec, options, lineage.image_fills(options) if lineage else None)
 
 
 def without_raw_values(events: DataFrame) -> DataFrame:
@@ -276,6 +313,22 @@ def after_truncate(events: DataFrame, truncate: DataFrame) -> DataFrame:
     return joined.filter(survives).drop("t_partition", "t_offset", "t_lsn")
 
 
+def spec_image(row: Column, spec: TableSpec) -> Column:
+    """A decoded image with exactly the spec's columns.
+
+    The changelog dataset's schema is the union of every run's columns (a run adds the columns it
+    knows), so a run reading its own partition gets the fields of columns since dropped or renamed too.
+    """
+    return F.when(
+        row.isNotNull(),
+        F.struct(
+            *(row.getField(c).alias(c) for c in spec),
+            row.getField(UNAVAILABLE_FIELD).alias(UNAVAILABLE_FIELD),
+            row.getField(DECODE_ERRORS_FIELD).alias(DECODE_ERRORS_FIELD),
+        ),
+    )
+
+
 def table_as_changelog(table: DataFrame, spec: TableSpec, key: Sequence[str]) -> DataFrame:
     """The previous lake table as one pseudo-event per row, at the position of its last change."""
     after = F.struct(
@@ -306,7 +359,11 @@ def fold_table(
     """
     fields = ["op", "partition", "offset", "sub", "source_txid", "source_lsn", "origin", "after_row"]
     rows = without_redeliveries(changelog)
-    events = rows.filter(F.col("op") != TRUNCATE).select(*names.columns(key), *fields)
+    events = (
+        rows.filter(F.col("op") != TRUNCATE)
+        .withColumn("after_row", spec_image(F.col("after_row"), spec))
+        .select(*names.columns(key), *fields)
+    )
     if previous is not None:
         events = events.unionByName(table_as_changelog(previous, spec, key).select(*names.columns(key), *fields))
     events = after_truncate(events, newest_truncate(rows))

@@ -32,6 +32,7 @@ from .visibility import PgSnapshot
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+
 class PipelineError(InputError):
     """A step cannot run; the message names what is missing and which step produces it."""
 
@@ -168,7 +169,8 @@ def run_changelog(spark: SparkSession, lake: TableLake, run_id: str, *, with_rep
     if with_repairs:
         repairs = storage.read_partitions(spark, lake.repairs, [version_name(run_id)])
         if repairs is not None:
-            changelog = changelog.unionByName(repairs)
+            # each dataset's schema is the union of its runs' columns: the two may differ in fields
+            changelog = changelog.unionByName(repairs, allowMissingColumns=True)
     return changelog
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import names, storage
+from .column_lineage import ColumnLineage, with_column_ids
 from .compaction import CDC_COLUMNS, TRUNCATE, fold_table, without_redeliveries
 
 if TYPE_CHECKING:
@@ -36,13 +37,16 @@ class FoldInputs:
     base: int | None  # the base version
     latest: int | None  # the table's newest version (this run's own earlier commit, or the base)
     resets: DataFrame
+    # The stored base's columns are not the run's (``previous`` is then conformed to the run's).
+    columns_changed: bool = False
+    lineage: ColumnLineage | None = None  # gives the written table its column identities
 
 
 def overwrite_reason(inputs: FoldInputs) -> str | None:
     """Why the fold must overwrite the table instead of merging its changed keys, or None."""
     if inputs.previous is None:
         return "no base table (first run or full rescan)"
-    if list(inputs.previous.columns) != [*inputs.spec, *CDC_COLUMNS]:
+    if inputs.columns_changed or list(inputs.previous.columns) != [*inputs.spec, *CDC_COLUMNS]:
         return "the table's columns changed"
     if inputs.resets.limit(1).count():
         return "a snapshot round images the whole table"
@@ -94,6 +98,8 @@ def publish_fold(inputs: FoldInputs, location: str, run: str, *, full_rescan: bo
         commit = storage.merge(merge_source(inputs, keys), location, run, inputs.key, metadata=metadata)
         return commit, "merge"
     table = fold_table(inputs.changelog, inputs.spec, inputs.key, previous=inputs.previous, resets=inputs.resets)
+    if inputs.lineage is not None:
+        table = with_column_ids(table, inputs.lineage)
     metadata["written_as"] = f"overwrite: {reason}"
     properties = dict(TABLE_PROPERTIES)
     if storage.needs_column_mapping(table.columns):

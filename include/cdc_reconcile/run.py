@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from .column_lineage import ColumnLineage
     from .diff import DiffReport
     from .snapshot import SnapshotResult
     from .suite import SuiteOutcome
@@ -246,6 +247,7 @@ class TableRun:
             with_raw_values,
             without_raw_values,
         )
+        from .debezium.decoding import has_fixed_scales, with_decimal_scales
         from .debezium.envelope import split_envelopes, tag_envelopes
 
         began = time.monotonic()
@@ -253,15 +255,21 @@ class TableRun:
         starting, ending = offsets or self.sealed_range().as_spark_json()
         spark, lake, name = self.spark, self.lake, self.table.name
         full_rescan = full_rescan or table_versions(spark, lake, self.run_id).full_rescan
-        spec = snapshot_info(spark, lake, self.run_id).spec
+        snapshot = snapshot_info(spark, lake, self.run_id)
+        spec = snapshot.spec
+        previous = None if full_rescan else previous_table(spark, lake, self.run_id)[0]
+        lineage = self._lineage(snapshot, previous)
         records = read_kafka_range(spark, self.bootstrap, starting, ending, min_partitions=kafka_min_partitions)
         tagged = tag_envelopes(records).persist()
         parsed, bad_records = split_envelopes(tagged)
         self._write(parsed, lake.events, "events")
         events = run_partition(spark, lake.events, self.run_id)
         state = None if full_rescan else self._key_state_before()
-        marked = mark_duplicates(without_raw_values(change_events(of_table(events, name))), state=state).persist()
-        decoded = decode_changes(marked, spec, self.table.key, self.settings.decode_options).persist()
+        changes = change_events(of_table(events, name))
+        if has_fixed_scales(spec, self.settings.decode_options):
+            changes = with_decimal_scales(changes)
+        marked = mark_duplicates(without_raw_values(changes), state=state).persist()
+        decoded = decode_changes(marked, spec, self.table.key, self.settings.decode_options, lineage).persist()
         changelog, undecodable = changelog_rows(decoded, self.table.key)
         quarantined = bad_records.unionByName(foreign_events(events, name)).unionByName(
             with_raw_values(undecodable, events)
@@ -275,7 +283,7 @@ class TableRun:
         with described(spark, f"compact_cdc {name}: key state"):
             self._commit_key_state(marked, rebuild=full_rescan)
         with described(spark, f"compact_cdc {name}: fold and publish the table"):
-            self._publish_fold(spec, full_rescan=full_rescan)
+            self._publish_fold(snapshot, full_rescan=full_rescan)
         with described(spark, f"compact_cdc {name}: summary"):
             summary = {
                 "table": name,
@@ -361,13 +369,29 @@ class TableRun:
             with self.state() as conn:
                 state_store.record_commit(conn, self.run_id, self.table.name, dataset, path, commit)
 
-    def _publish_fold(self, spec: dict[str, str], *, full_rescan: bool | None = None) -> storage.Commit | None:
+    def _lineage(self, snapshot: SnapshotInfo, previous: DataFrame | None) -> ColumnLineage:
+        """The run's columns (its snapshot's) against those of the table its predecessor published."""
+        from .column_lineage import ColumnLineage
+
+        return ColumnLineage.of(snapshot.metadata["columns"], None if previous is None else previous.schema)
+
+    def _conformed(self, previous: DataFrame | None, lineage: ColumnLineage) -> DataFrame | None:
+        """The previous table with the run's columns (see ``column_lineage``)."""
+        from .column_lineage import conform
+        from .compaction import CDC_COLUMNS
+
+        if previous is None:
+            return None
+        return conform(previous, lineage, CDC_COLUMNS, self.settings.decode_options)
+
+    def _publish_fold(self, snapshot: SnapshotInfo, *, full_rescan: bool | None = None) -> storage.Commit | None:
         """Fold the run's changelog (repairs included) onto the table version its predecessor published.
 
         One commit naming this run and its base (see ``publication``). A run whose table a later run
         already built on publishes nothing: moving the live table back would undo the later runs' changes.
         """
-        from .compaction import snapshot_resets
+        from .column_lineage import columns_changed
+        from .compaction import CDC_COLUMNS, snapshot_resets
         from .publication import FoldInputs, publish_fold
 
         versions = table_versions(self.spark, self.lake, self.run_id)
@@ -388,14 +412,18 @@ class TableRun:
         else:
             previous, base = previous_table(self.spark, self.lake, self.run_id)
         earlier = None if full_rescan else self._rounds_before()
+        lineage = self._lineage(snapshot, previous)
         inputs = FoldInputs(
             changelog=changelog,
-            spec=spec,
+            spec=lineage.spec,
             key=self.table.key,
-            previous=previous,
+            previous=self._conformed(previous, lineage),
             base=base,
             latest=versions.latest,
             resets=snapshot_resets(changelog, earlier),
+            columns_changed=previous is not None
+            and columns_changed(previous.schema, lineage, CDC_COLUMNS, self.settings.decode_options),
+            lineage=lineage,
         )
         commit, written_as = publish_fold(inputs, self.lake.table, self.version, full_rescan=full_rescan)
         log.info(
@@ -416,10 +444,11 @@ class TableRun:
     def _inputs(self) -> _Inputs:
         previous, _ = previous_table(self.spark, self.lake, self.run_id)
         full_rescan = table_versions(self.spark, self.lake, self.run_id).full_rescan
+        snapshot = snapshot_info(self.spark, self.lake, self.run_id)
         return _Inputs(
-            snapshot=snapshot_info(self.spark, self.lake, self.run_id),
+            snapshot=snapshot,
             source=source_rows(self.spark, self.lake, self.run_id),
-            previous=previous,
+            previous=self._conformed(previous, self._lineage(snapshot, previous)),
             history=None if full_rescan else self._rounds_before(),
         )
 
@@ -557,7 +586,7 @@ class TableRun:
                 self._replace(repairs, lake.repairs, "repairs", sort_by=list(key))
                 resolved = resolve_duplicates(base)
                 self._replace(resolved, lake.changelog, "changelog", sort_by=["partition", "offset"])
-                self._publish_fold(inputs.snapshot.spec)
+                self._publish_fold(inputs.snapshot)
         diff.unpersist()
         self._forget_inputs()
         audit_written = run_partition(self.spark, lake.audit, self.run_id)

@@ -38,6 +38,7 @@ from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
 from .source_snapshot import (
     INTEGER_KEY_TYPES,
     SourceSnapshot,
+    column_projection,
     exported_snapshot,
     sql_identifier,
     unrepresentable_values,
@@ -171,33 +172,9 @@ def jdbc_properties(
     return properties
 
 
-def _projection(name: str, pg_type: str, options: DecodeOptions) -> str:
-    """How a column is selected so JDBC can carry it and ``transform`` can type it like the decoder."""
-    t = PgType.parse(pg_type)
-    target = spark_type(t, options)
-    column = sql_identifier(name)
-    if t.is_array:
-        expr = f"{column}::text[]" if isinstance(target.elementType, T.StringType) else column
-    elif t.name in ("numeric", "money"):
-        expr = f"{column}::numeric::text"  # NaN/Infinity and unbounded scale survive JDBC as text
-    elif t.name == "time":
-        expr = f"(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint"
-    elif t.name == "interval" and isinstance(target, T.LongType):
-        expr = (
-            f"trunc(((EXTRACT(YEAR FROM {column}) * 12 + EXTRACT(MONTH FROM {column})) * 30.4375"
-            f" + EXTRACT(DAY FROM {column})) * 86400000000 + EXTRACT(HOUR FROM {column}) * 3600000000"
-            f" + EXTRACT(MINUTE FROM {column}) * 60000000 + EXTRACT(MICROSECONDS FROM {column}))::bigint"
-        )
-    elif isinstance(target, T.StringType):
-        expr = f"{column}::text"
-    else:
-        expr = column
-    return f"{expr} AS {column}"
-
-
 def source_query(snapshot: SourceSnapshot, options: DecodeOptions = DEFAULT_OPTIONS) -> str:
     """The JDBC ``dbtable``: the table's columns in ordinal order, projected for transport."""
-    projections = ", ".join(_projection(c.name, c.type, options) for c in snapshot.columns)
+    projections = ", ".join(column_projection(c.name, c.type, options) for c in snapshot.columns)
     schema, table = snapshot.table.split(".", 1)
     return f"(SELECT {projections} FROM {sql_identifier(schema, table)}) AS cdc_snapshot"
 
@@ -290,7 +267,7 @@ def snapshot_table(
 ) -> SnapshotResult:
     """Extract, transform, load: one consistent snapshot of ``table`` published under ``lake_root``."""
     began = time.monotonic()
-    with exported_snapshot(dsn, table, user=user, password=password) as snap:
+    with exported_snapshot(dsn, table, user=user, password=password, options=options) as snap:
         df = transform(
             read_snapshot(
                 spark,

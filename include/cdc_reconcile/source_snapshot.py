@@ -7,10 +7,13 @@ A psycopg connection opens a REPEATABLE READ transaction, exports its snapshot
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -23,6 +26,8 @@ from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
 from .errors import InputError, UnreachableError
 from .state_store import describe_dsn
 from .visibility import PgSnapshot
+
+log = logging.getLogger(__name__)
 
 INTEGER_KEY_TYPES = frozenset({"smallint", "integer", "bigint"})
 READABLE_RELKINDS = {
@@ -50,6 +55,10 @@ class SourceColumn:
     name: str
     type: str
     not_null: bool
+    attnum: int | None = None  # the column's identity: it survives a rename, a re-added name gets a new one
+    # The value rows that existed when the column was added hold (PostgreSQL fills it without a change
+    # event), in the text form ``column_lineage.missing_value_column`` types; None: NULL or unknown.
+    missing_value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,16 @@ class SourceSnapshot:
             "lsn": self.lsn,
             "lsn_int": self.lsn_int,
             "taken_at": self.taken_at.astimezone(dt.UTC).isoformat(),
-            "columns": [{"name": c.name, "type": c.type, "not_null": c.not_null} for c in self.columns],
+            "columns": [
+                {
+                    "name": c.name,
+                    "type": c.type,
+                    "not_null": c.not_null,
+                    "attnum": c.attnum,
+                    "missing_value": c.missing_value,
+                }
+                for c in self.columns
+            ],
             "key_range": list(self.key_range) if self.key_range else None,
             **extra,
         }
@@ -122,10 +140,12 @@ SELECT pg_export_snapshot(),
 """
 
 _COLUMNS_SQL = """
-SELECT c.oid, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
+SELECT c.oid, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attnum,
+       CASE WHEN a.atthasmissing AND t.typcategory <> 'A' THEN (a.attmissingval::text::text[])[1] END
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+LEFT JOIN pg_type t ON t.oid = a.atttypid
 WHERE n.nspname = %s AND c.relname = %s
 ORDER BY a.attnum
 """
@@ -138,6 +158,30 @@ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND 0 <> ALL (i.indkey)
 GROUP BY i.indexrelid
 """
+
+
+def column_projection(name: str, pg_type: str, options: DecodeOptions) -> str:
+    """How a column is selected so JDBC can carry it and the snapshot's ``transform`` can type it like the decoder."""
+    t = PgType.parse(pg_type)
+    target = spark_type(t, options)
+    column = sql_identifier(name)
+    if t.is_array:
+        expr = f"{column}::text[]" if isinstance(target.elementType, T.StringType) else column
+    elif t.name in ("numeric", "money"):
+        expr = f"{column}::numeric::text"  # NaN/Infinity and unbounded scale survive JDBC as text
+    elif t.name == "time":
+        expr = f"(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint"
+    elif t.name == "interval" and isinstance(target, T.LongType):
+        expr = (
+            f"trunc(((EXTRACT(YEAR FROM {column}) * 12 + EXTRACT(MONTH FROM {column})) * 30.4375"
+            f" + EXTRACT(DAY FROM {column})) * 86400000000 + EXTRACT(HOUR FROM {column}) * 3600000000"
+            f" + EXTRACT(MINUTE FROM {column}) * 60000000 + EXTRACT(MICROSECONDS FROM {column}))::bigint"
+        )
+    elif isinstance(target, T.StringType):
+        expr = f"{column}::text"
+    else:
+        expr = column
+    return f"{expr} AS {column}"
 
 
 def _connect(dsn: str, user: str | None, password: str | None, connect_timeout: int) -> psycopg.Connection:
@@ -154,7 +198,9 @@ def _connect(dsn: str, user: str | None, password: str | None, connect_timeout: 
         ) from exc
 
 
-def _catalog(conn: psycopg.Connection, table: TableConfig) -> tuple[int, tuple[SourceColumn, ...]]:
+def _catalog(
+    conn: psycopg.Connection, table: TableConfig, options: DecodeOptions = DEFAULT_OPTIONS
+) -> tuple[int, tuple[SourceColumn, ...]]:
     """The table's columns, checked: the table exists, is readable and has the configured key."""
     found = conn.execute(_COLUMNS_SQL, (table.schema, table.table)).fetchall()
     if not found:
@@ -165,7 +211,11 @@ def _catalog(conn: psycopg.Connection, table: TableConfig) -> tuple[int, tuple[S
     oid, relkind = found[0][0], found[0][1]
     if relkind not in READABLE_RELKINDS:
         raise SnapshotError(f"{table.name} is not a table or view (relkind {relkind!r}); it cannot be snapshotted")
-    columns = tuple(SourceColumn(name, type_, bool(nn)) for _, _, name, type_, nn in found if name is not None)
+    columns = tuple(
+        SourceColumn(name, type_, bool(nn), attnum, _typed_text(conn, name, type_, missing, options))
+        for _, _, name, type_, nn, attnum, missing in found
+        if name is not None
+    )
     names = [c.name for c in columns]
     missing = [k for k in table.key if k not in names]
     if missing:
@@ -185,6 +235,53 @@ def _catalog(conn: psycopg.Connection, table: TableConfig) -> tuple[int, tuple[S
     if not conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (oid,)).fetchone()[0]:
         raise SnapshotError(f"user {conn.info.user} may not SELECT from {table.name}; GRANT SELECT ON {table.name}")
     return oid, columns
+
+
+def _typed_text(
+    conn: psycopg.Connection, name: str, pg_type: str, text: str | None, options: DecodeOptions
+) -> str | None:
+    """A column's missing value (PostgreSQL's text form) as the snapshot projects it, in a Spark-castable text.
+
+    Evaluated in the exported snapshot's transaction (inside a savepoint: a value this cannot carry
+    leaves it NULL, and rows holding it are then found stale by the diff and repaired, never hidden).
+    """
+    if text is None:
+        return None
+    query = sql.SQL("SELECT {} FROM (SELECT CAST({} AS {}) AS v) AS s").format(
+        sql.SQL(column_projection("v", pg_type, options)), sql.Literal(text), sql.SQL(pg_type)
+    )
+    conn.execute("SAVEPOINT cdc_missing_value")
+    try:
+        (value,) = conn.execute(query).fetchone()
+    except psycopg.Error as exc:
+        conn.execute("ROLLBACK TO SAVEPOINT cdc_missing_value")
+        log.warning(
+            "column %s: the value its existing rows got when it was added (%r) cannot be carried (%s); "
+            "rows holding it will be found stale and repaired",
+            name,
+            text,
+            exc,
+        )
+        return None
+    conn.execute("RELEASE SAVEPOINT cdc_missing_value")
+    return _castable_text(value)
+
+
+def _castable_text(value: Any) -> str | None:
+    """A projected value as text Spark's cast reads back exactly (binary as base64)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dt.date, Decimal, int)):
+        return str(value)
+    return None
 
 
 def require_not_null_key(table: TableConfig, columns: tuple[SourceColumn, ...]) -> None:
@@ -211,6 +308,7 @@ def exported_snapshot(
     user: str | None = None,
     password: str | None = None,
     connect_timeout: int = 10,
+    options: DecodeOptions = DEFAULT_OPTIONS,
 ) -> Iterator[SourceSnapshot]:
     """Export a REPEATABLE READ snapshot and keep it importable until the block ends.
 
@@ -223,7 +321,7 @@ def exported_snapshot(
         # This session idles in its transaction while Spark reads; a server-wide timeout must not end it.
         conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
         snapshot_id, snapshot_text, lsn, taken_at = conn.execute(_SNAPSHOT_SQL).fetchone()
-        _, columns = _catalog(conn, table)
+        _, columns = _catalog(conn, table, options)
         key_range = None
         first = next(c for c in columns if c.name == table.key[0])
         if PgType.parse(first.type).name in INTEGER_KEY_TYPES and not PgType.parse(first.type).is_array:

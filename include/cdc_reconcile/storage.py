@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ SESSION_CONF = {
 # Characters Delta refuses in column names unless the table maps columns by name.
 _UNMAPPABLE = re.compile(r"[ ,;{}()\n\t=]")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$")
+
+
+log = logging.getLogger(__name__)
 
 
 class StorageError(RuntimeError):
@@ -267,8 +271,34 @@ def _write(
     if needs_column_mapping(df.columns):
         # Delta needs column mapping for such names; plain names keep the table readable by every reader.
         writer = writer.option("delta.columnMapping.mode", "name")
-    writer.save(uri(location))
+    try:
+        writer.save(uri(location))
+    except Exception as exc:
+        if replace_where is None or "DELTA_FAILED_TO_MERGE_FIELDS" not in str(exc):
+            raise
+        _widen_or_refuse(df.sparkSession, location, exc)
+        writer.save(uri(location))
     return _own_newest_commit(df.sparkSession, location, run)
+
+
+def _widen_or_refuse(spark: SparkSession, location: str | Path, exc: Exception) -> None:
+    """A run's rows have a column of a wider type than the dataset's earlier runs (``ALTER COLUMN ... TYPE``).
+
+    Delta's type widening takes int -> bigint, float -> double and decimals gaining precision at least
+    as fast as scale, without rewriting the earlier runs' files. It changes the table's protocol, so it
+    is switched on only when a write needs it. Any other change cannot be merged into the earlier runs'
+    rows: the error names it.
+    """
+    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_path(str(location))}").collect()}
+    if properties.get("delta.enableTypeWidening") == "true":
+        first_line = str(exc).strip().splitlines()[0]
+        raise StorageError(
+            f"{location}: a column's type changed in a way Delta cannot widen in place ({first_line}). Earlier runs' "
+            "rows keep the old type, so this dataset cannot hold both: move the dataset folder aside (it holds "
+            "only past runs' records) and run again, or take a full rescan into a new lake root"
+        ) from exc
+    log.info("%s: a column was widened at the source; enabling Delta type widening on the dataset", location)
+    spark.sql(f"ALTER TABLE {_sql_path(str(location))} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
 
 
 def _own_newest_commit(spark: SparkSession, location: str | Path, run: str) -> Commit:

@@ -9,8 +9,6 @@ PostgreSQL read directly.
 
 from __future__ import annotations
 
-import itertools
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from cdc_dev.stack.connect import connector_config
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.lake import TableLake
 from tests.support.lake import delta_rows
+from tests.support.writer import Writer
 
 from .conftest import eventually, own_connector, run_once
 
@@ -39,42 +38,11 @@ def truncated_table(stack: Stack, config: StackConfig) -> Iterator[TableConfig]:
         yield TableConfig(name=TABLE, key=("id",), topic_prefix=PREFIX)
 
 
-class Writer:
-    """Inserts new rows and updates existing ones, one short transaction at a time, until stopped."""
-
-    def __init__(self, dsn: str, first_id: int) -> None:
-        self.dsn = dsn
-        self.ids = itertools.count(first_id)
-        self.stop = threading.Event()
-        self.transactions = 0
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._write, name="truncate-writer", daemon=True)
-
-    def _write(self) -> None:
-        try:
-            with psycopg.connect(self.dsn, autocommit=True) as pg:
-                while not self.stop.is_set():
-                    new_id = next(self.ids)
-                    with pg.transaction():
-                        pg.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, 1)", (new_id, f"row {new_id}"))
-                        pg.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id = (SELECT max(id) FROM {TABLE})")
-                    self.transactions += 1
-                    self.stop.wait(0.005)
-        except BaseException as exc:  # surfaced by stopped()
-            self.error = exc
-
-    def __enter__(self) -> Writer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=60)
-
-    def wrote_at_least(self, transactions: int) -> bool:
-        if self.error is not None:
-            raise AssertionError(f"the writer failed: {self.error!r}")
-        return self.transactions >= transactions
+def insert_and_update(pg: psycopg.Connection, n: int) -> None:
+    """One new row, and one more unit on the newest row."""
+    new_id = 1_000 + n
+    pg.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, 1)", (new_id, f"row {new_id}"))
+    pg.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id = (SELECT max(id) FROM {TABLE})")
 
 
 def lake_rows(lake: Path) -> dict[int, tuple[str, int]]:
@@ -100,7 +68,7 @@ def test_a_truncate_under_load_empties_the_lake_table_and_nothing_is_repaired(
     assert report.clean, report.as_dict()
     assert lake_rows(tmp_path) == source_rows(pg)
 
-    with Writer(config.pg_dsn, first_id=1_000) as writer:
+    with Writer(config.pg_dsn, insert_and_update) as writer:
         eventually(lambda: writer.wrote_at_least(50), timeout=120, what="the writer's first transactions")
         pg.execute(f"TRUNCATE {TABLE}")
         truncated_at = writer.transactions

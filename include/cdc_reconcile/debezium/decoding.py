@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -96,7 +97,9 @@ def _exact_decimal(text: Column, dt: T.DecimalType) -> Column:
     return let(text, cast)
 
 
-def _decode_decimal(raw: Column, t: PgType, dt: T.DecimalType, options: DecodeOptions) -> Column:
+def _decode_decimal(
+    raw: Column, t: PgType, dt: T.DecimalType, options: DecodeOptions, event_scale: Column | None = None
+) -> Column:
     def variable(raw_struct: Column) -> Column:
         vs = F.from_json(raw_struct, "scale int, value string")
         return let(
@@ -112,7 +115,8 @@ def _decode_decimal(raw: Column, t: PgType, dt: T.DecimalType, options: DecodeOp
             known_scale = options.money_fraction_digits
         else:
             known_scale = max(t.args[1], 0) if len(t.args) > 1 else 0
-        fixed = _exact_decimal(_scaled_string(twos_complement_to_unscaled(raw), F.lit(known_scale)), dt)
+        scale = F.lit(known_scale) if event_scale is None else F.coalesce(event_scale, F.lit(known_scale))
+        fixed = _exact_decimal(_scaled_string(twos_complement_to_unscaled(raw), scale), dt)
     elif mode == "string":
         fixed = _exact_decimal(raw, dt)
     else:
@@ -145,16 +149,16 @@ def _decode_binary(raw: Column, options: DecodeOptions) -> Column:
     return F.try_to_binary(raw, F.lit("base64"))
 
 
-def _decode_scalar(raw: Column, t: PgType, options: DecodeOptions) -> Column:
+def _decode_scalar(raw: Column, t: PgType, options: DecodeOptions, event_scale: Column | None = None) -> Column:
     """One Debezium-encoded value (as text) to its Spark type; null when absent or undecodable."""
-    return let(raw, lambda r: _decode_bound(r, t, options))
+    return let(raw, lambda r: _decode_bound(r, t, options, event_scale))
 
 
-def _decode_bound(raw: Column, t: PgType, options: DecodeOptions) -> Column:
+def _decode_bound(raw: Column, t: PgType, options: DecodeOptions, event_scale: Column | None = None) -> Column:
     dt = spark_type(t, options)
     is_int = raw.rlike(INT_RE)
     if isinstance(dt, T.DecimalType):
-        return _decode_decimal(raw, t, dt, options)
+        return _decode_decimal(raw, t, dt, options, event_scale)
     if t.name == "bytea":
         return _decode_binary(raw, options)
     if t.name == "date":
@@ -175,9 +179,9 @@ def _decode_bound(raw: Column, t: PgType, options: DecodeOptions) -> Column:
     return raw.try_cast(dt)
 
 
-def _decode_value(raw: Column, t: PgType, options: DecodeOptions) -> Column:
+def _decode_value(raw: Column, t: PgType, options: DecodeOptions, event_scale: Column | None = None) -> Column:
     if not t.is_array:
-        return _decode_scalar(raw, t, options)
+        return _decode_scalar(raw, t, options, event_scale)
     elem = t.element()
 
     def check(items: Column, decoded: Column) -> Column:
@@ -212,12 +216,14 @@ def _placeholder_texts(t: PgType, options: DecodeOptions) -> list[str]:
     return forms
 
 
-def _decode_column(raw: Column, name: str, t: PgType, options: DecodeOptions) -> Column:
+def _decode_column(
+    raw: Column, name: str, t: PgType, options: DecodeOptions, event_scale: Column | None = None
+) -> Column:
     """struct(value, unavailable, error) for one column of an image."""
 
     def classify(r: Column) -> Column:
         unavailable = F.coalesce(r.isin(*_placeholder_texts(t, options)), F.lit(False))
-        decoded = F.when(~unavailable, _decode_value(r, t, options)).cast(spark_type(t, options))
+        decoded = F.when(~unavailable, _decode_value(r, t, options, event_scale)).cast(spark_type(t, options))
         return let(
             decoded,
             lambda d: F.struct(
@@ -230,13 +236,47 @@ def _decode_column(raw: Column, name: str, t: PgType, options: DecodeOptions) ->
     return let(raw, classify)
 
 
-def decode_image(image: Column | str, spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> Column:
+def _column_of_image(
+    m: Column,
+    name: str,
+    t: PgType,
+    options: DecodeOptions,
+    fill: tuple[str | None, Column] | None,
+    scales: Column | None,
+) -> Column:
+    """struct(value, unavailable, error) for one column, from an image that may predate the column."""
+    event_scale = None if scales is None else scales.getItem(name)
+    if fill is None:
+        return _decode_column(m.getItem(name), name, t, options, event_scale)
+    old_name, missing_value = fill
+    present = F.map_contains_key(m, name)
+    raw = m.getItem(name)
+    if old_name is not None:
+        raw = F.when(present, raw).otherwise(m.getItem(old_name))
+        present = present | F.map_contains_key(m, old_name)
+    absent = F.struct(
+        missing_value.cast(spark_type(t, options)).alias("v"),
+        F.lit(None).cast("string").alias("u"),
+        F.lit(None).cast("string").alias("e"),
+    )
+    return F.when(present, _decode_column(raw, name, t, options, event_scale)).otherwise(absent)
+
+
+def decode_image(
+    image: Column | str,
+    spec: TableSpec,
+    options: DecodeOptions = DEFAULT_OPTIONS,
+    fills: Mapping[str, tuple[str | None, Column]] | None = None,
+    scales: Column | None = None,
+) -> Column:
     """Decode a row image (compact JSON text) into a struct typed by `spec`.
 
     The struct has one field per spec column, plus `__unavailable` (columns whose value Debezium
     could not provide: unchanged TOAST, kept null here and to be filled from the previous state) and
     `__decode_errors` (columns present in the image that could not be decoded exactly). A null image
-    gives a null struct. Columns missing from the image (added later) are null, not errors.
+    gives a null struct. A column missing from the image (the event predates it) is null, or as
+    `fills` says: name -> (its earlier name to read instead, else this typed value). `scales` is
+    the event's own decimal scales (:func:`with_decimal_scales`), used before the spec's.
     """
     reserved = {UNAVAILABLE_FIELD, DECODE_ERRORS_FIELD} & set(spec)
     if reserved:
@@ -256,7 +296,7 @@ def decode_image(image: Column | str, spec: TableSpec, options: DecodeOptions = 
     def per_column(m: Column) -> Column:
         decoded = F.struct(
             *[
-                _decode_column(m.getItem(name), name, t, options).alias(f)
+                _column_of_image(m, name, t, options, (fills or {}).get(name), scales).alias(f)
                 for f, (name, t) in zip(fields, types.items(), strict=True)
             ]
         )
@@ -265,14 +305,57 @@ def decode_image(image: Column | str, spec: TableSpec, options: DecodeOptions = 
     return let(json_map(text), per_column)
 
 
-def tag_decode_errors(events: DataFrame, spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> DataFrame:
+DECIMAL_SCALES = "decimal_scales"
+_VALUE_SCHEMA = "struct<field: string, fields: array<struct<field: string, parameters: map<string, string>>>>"
+
+
+def has_fixed_scales(spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> bool:
+    """Whether the spec has a column Debezium sends as an unscaled decimal whose scale only its schema gives."""
+    if options.decimal_handling_mode != "precise":
+        return False
+    types = (PgType.parse(pg) for pg in spec.values())
+    return any(t.name == "numeric" and len(t.args) > 1 and not t.is_array for t in types)
+
+
+def with_decimal_scales(events: DataFrame) -> DataFrame:
+    """Add ``decimal_scales`` (column -> scale) from each event's own schema; needs ``raw_value``.
+
+    A precise decimal carries only its unscaled value; the scale is in the message's schema. A column
+    retyped to another scale (``numeric(12,2)`` -> ``numeric(14,4)``) has events of both in one range,
+    and each must be read at its own. Null without the converter's schemas (the spec's scale applies).
+    Parsing the schema costs, so compaction adds this only where :func:`has_fixed_scales`.
+    """
+
+    def scales(after_schema: Column) -> Column:
+        fields = F.filter(
+            after_schema.getField("fields"), lambda f: f.getField("parameters").getItem("scale").isNotNull()
+        )
+        entries = F.transform(
+            fields,
+            lambda f: F.struct(f.getField("field"), f.getField("parameters").getItem("scale").try_cast("int")),
+        )
+        return F.when(after_schema.getField("field") == "after", F.map_from_entries(entries))
+
+    # Debezium's envelope schema lists before, after, source, ...: `after` is its second field
+    after = F.from_json(F.get_json_object(F.col("raw_value").cast("string"), "$.schema.fields[1]"), _VALUE_SCHEMA)
+    return events.withColumn(DECIMAL_SCALES, let(after, scales))
+
+
+def tag_decode_errors(
+    events: DataFrame,
+    spec: TableSpec,
+    options: DecodeOptions = DEFAULT_OPTIONS,
+    fills: Mapping[str, tuple[str | None, Column]] | None = None,
+) -> DataFrame:
     """Add typed `before_row` / `after_row` and `decode_errors` (empty when the event decoded exactly).
 
     Decoding is the costly step of compaction: persist this result when both the decoded rows and
     the quarantine are consumed (see :func:`split_decoded`), or the optimizer evaluates it per use.
+    `fills` is :func:`decode_image`'s; the events' ``decimal_scales`` (when present) are their scales.
     """
-    decoded = events.withColumn("before_row", decode_image("before", spec, options)).withColumn(
-        "after_row", decode_image("after", spec, options)
+    scales = F.col(DECIMAL_SCALES) if DECIMAL_SCALES in events.columns else None
+    decoded = events.withColumn("before_row", decode_image("before", spec, options, fills, scales)).withColumn(
+        "after_row", decode_image("after", spec, options, fills, scales)
     )
     errs = F.concat(
         F.transform(

@@ -1,0 +1,151 @@
+"""A run's columns against the lake table's: added, dropped, renamed or retyped since it was published.
+
+PostgreSQL changes a table's columns without a change event per row. ``ADD COLUMN ... DEFAULT``
+gives every existing row the default at once (the column's *missing value*, kept in the catalog), a
+rename keeps every value under the new name, ``ALTER COLUMN ... TYPE`` rewrites the table. A run
+knows its columns from its snapshot's catalog read, each with its ``attnum``: the column's identity,
+kept by a rename and new for a name dropped and added again. The lake table stores each column's
+attnum in its field metadata, so the run can tell a rename from a drop and an add.
+
+Both inputs of older shape are made to fit the run's columns, so the fold never meets a column it
+cannot resolve and never reports rows that merely predate a schema change:
+
+* the previous lake table (:func:`conform`): a renamed column is read under its old name, a widened
+  one is cast, a new one holds its missing value (NULL when it was added without a default);
+* change events written before the change (:func:`ColumnLineage.image_fills`): an image without the
+  column takes it under its old name, or its missing value.
+
+A value PostgreSQL gave existing rows that the catalog does not keep (a volatile default, a table
+rewritten since the column was added) is not known here: those rows differ from the snapshot, and the
+diff finds them stale and repairs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from . import names
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
+
+ATTNUM_KEY = "cdc_reconcile.attnum"
+
+
+@dataclass(frozen=True)
+class ColumnLineage:
+    """The run's columns (from its snapshot) and how each maps onto the previous lake table's."""
+
+    spec: dict[str, str]
+    attnums: dict[str, int] = field(default_factory=dict)
+    missing_values: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str | None] = field(default_factory=dict)  # run column -> previous column, None: new
+
+    @classmethod
+    def of(cls, columns: Sequence[Mapping[str, Any]], previous: T.StructType | None = None) -> ColumnLineage:
+        """From the snapshot metadata's ``columns`` and the previous table's schema (None: no previous table)."""
+        spec = {c["name"]: c["type"] for c in columns}
+        attnums = {c["name"]: int(c["attnum"]) for c in columns if c.get("attnum") is not None}
+        missing = {c["name"]: c["missing_value"] for c in columns if c.get("missing_value") is not None}
+        lineage = cls(spec, attnums, missing)
+        if previous is None:
+            return lineage
+        return cls(spec, attnums, missing, _sources(lineage, previous))
+
+    @property
+    def renamed_from(self) -> dict[str, str]:
+        """Run column -> its name in the previous table, for columns renamed since."""
+        return {name: old for name, old in self.sources.items() if old is not None and old != name}
+
+    def missing_value(self, name: str, options: DecodeOptions = DEFAULT_OPTIONS) -> Column:
+        """The value a row that predates column ``name`` holds in it, typed as the lake stores the column."""
+        target = spark_type(self.spec[name], options)
+        text = self.missing_values.get(name)
+        if text is None:
+            return F.lit(None).cast(target)
+        if PgType.parse(self.spec[name]).name == "bytea" and isinstance(target, T.BinaryType):
+            return F.unbase64(F.lit(text))
+        return F.lit(text).try_cast(target)
+
+    def image_fills(self, options: DecodeOptions = DEFAULT_OPTIONS) -> dict[str, tuple[str | None, Column]]:
+        """For a change-event image without a run column: the old name to read it under, and the value otherwise.
+
+        Only columns that need something other than NULL are listed.
+        """
+        renamed = self.renamed_from
+        return {
+            name: (renamed.get(name), self.missing_value(name, options))
+            for name in self.spec
+            if name in renamed or name in self.missing_values
+        }
+
+
+def column_ids(schema: T.StructType) -> dict[str, int]:
+    """Column name -> source attnum, as stored in the lake table's field metadata."""
+    return {f.name: int(f.metadata[ATTNUM_KEY]) for f in schema.fields if ATTNUM_KEY in (f.metadata or {})}
+
+
+def _sources(lineage: ColumnLineage, previous: T.StructType) -> dict[str, str | None]:
+    """Which previous column holds each run column's values: same attnum where both know it, else same name.
+
+    A name whose attnum changed was dropped and added again: its old values are not its values.
+    """
+    stored_ids = column_ids(previous)
+    by_id = {attnum: name for name, attnum in stored_ids.items()}
+    stored_names = set(previous.fieldNames())
+    sources: dict[str, str | None] = {}
+    for name in lineage.spec:
+        attnum = lineage.attnums.get(name)
+        if attnum is not None and stored_ids:
+            sources[name] = by_id.get(attnum)
+        else:
+            sources[name] = name if name in stored_names else None
+    return sources
+
+
+def conform(
+    previous: DataFrame, lineage: ColumnLineage, keep: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
+) -> DataFrame:
+    """The previous table with the run's columns, in spec order, then the ``keep`` columns unchanged."""
+    columns = []
+    stored = {f.name: f.dataType for f in previous.schema.fields}
+    for name, pg_type in lineage.spec.items():
+        target = spark_type(pg_type, options)
+        source = lineage.sources.get(name, name if name in stored else None)
+        if source is None:
+            value = lineage.missing_value(name, options)
+        elif stored[source] != target:
+            value = names.column(source).try_cast(target)
+        else:
+            value = names.column(source)
+        columns.append(value.alias(name))
+    return previous.select(*columns, *names.columns(keep))
+
+
+def columns_changed(
+    previous: T.StructType, lineage: ColumnLineage, keep: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
+) -> bool:
+    """The stored table's layout is not the run's: names, order, types, or column identities differ."""
+    if previous.fieldNames() != [*lineage.spec, *keep]:
+        return True
+    stored = {f.name: f.dataType for f in previous.fields}
+    if any(stored[name] != spark_type(pg_type, options) for name, pg_type in lineage.spec.items()):
+        return True
+    stored_ids = column_ids(previous)
+    return any(stored_ids.get(name) != attnum for name, attnum in lineage.attnums.items())
+
+
+def with_column_ids(table: DataFrame, lineage: ColumnLineage) -> DataFrame:
+    """The table with each run column's attnum in its field metadata (what :func:`conform` matches on next run)."""
+    return table.select(
+        *(
+            names.column(c).alias(c, metadata={ATTNUM_KEY: lineage.attnums[c]})
+            if c in lineage.attnums
+            else names.column(c)
+            for c in table.columns
+        )
+    )
