@@ -4,9 +4,11 @@ One Delta table per lake table, updated by one MERGE per run, so a run's cost do
 number of runs before it. Two kinds of row, told apart by ``id``:
 
 * per Kafka key (``k:<key>``; truncates share one row): the newest streamed change seen (its LSN,
-  transaction and op), the first snapshot round that read the key, and the newest snapshot read;
+  transaction and op) and the newest snapshot read (its round and LSN);
 * per snapshot round (``r:<partition>:<txid>``): a table-image round already folded, so a range that
-  continues it does not reset the table again.
+  continues it does not reset the table again;
+* per completed round (``c:<txid>``): a table-image round whose final record was seen, so a later
+  round's reads are a new image of the table, not a re-run of an interrupted one.
 
 A streamed change (``c``/``u``/``d``/``t``) whose LSN is not newer than the newest one seen for its key
 is a redelivery: PostgreSQL serialises the changes of one row, so each later change of a key is
@@ -25,12 +27,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from . import storage
-from .compaction import INCREMENTAL_SNAPSHOT, ORIGIN_DEBEZIUM, TRUNCATE, TRUNCATE_KEY
+from .compaction import ORIGIN_DEBEZIUM, TRUNCATE, TRUNCATE_KEY, completed_rounds, table_image_event
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-KEY_ROW, ROUND_ROW = "key", "round"
+KEY_ROW, ROUND_ROW, COMPLETED_ROW = "key", "round", "completed"
 STREAMED = ("c", "u", "d", TRUNCATE)
 COLUMNS = (
     "id",
@@ -41,7 +43,6 @@ COLUMNS = (
     "last_lsn",
     "last_txid",
     "last_op",
-    "first_round",
     "last_read_txid",
     "last_read_lsn",
 )
@@ -52,23 +53,19 @@ def state_key() -> Column:
     return F.coalesce(F.col("key"), F.lit(TRUNCATE_KEY))
 
 
-def _table_image_read() -> Column:
-    return (
-        (F.col("op") == "r")
-        & F.col("source_txid").isNotNull()
-        & (F.coalesce(F.col("source_snapshot"), F.lit("")) != F.lit(INCREMENTAL_SNAPSHOT))
-    )
-
-
 def key_rows(state: DataFrame) -> DataFrame:
     """The per-key part, shaped for joining with events by :func:`state_key`."""
     return state.filter(F.col("kind") == KEY_ROW).select(
         F.col("key").alias("_state_key"),
         "last_lsn",
-        F.col("first_round").alias("_state_first_round"),
         "last_read_txid",
         "last_read_lsn",
     )
+
+
+def completed_rounds_of(state: DataFrame) -> DataFrame:
+    """``source_txid`` of the table-image rounds earlier ranges saw complete."""
+    return state.filter(F.col("kind") == COMPLETED_ROW).select("source_txid")
 
 
 def rounds_history(state: DataFrame) -> DataFrame:
@@ -93,7 +90,6 @@ def updates(events: DataFrame) -> DataFrame:
             F.max_by(F.when(streamed, F.struct("source_txid", "op")), F.when(streamed, F.col("source_lsn"))).alias(
                 "_last"
             ),
-            F.min_by(F.col("source_txid"), F.when(_table_image_read(), by_offset)).alias("first_round"),
             F.max_by(F.struct("source_txid", "source_lsn"), F.when(F.col("op") == "r", by_offset)).alias("_read"),
         )
         .select(
@@ -105,13 +101,12 @@ def updates(events: DataFrame) -> DataFrame:
             "last_lsn",
             F.col("_last.source_txid").alias("last_txid"),
             F.col("_last.op").alias("last_op"),
-            "first_round",
             F.col("_read.source_txid").alias("last_read_txid"),
             F.col("_read.source_lsn").alias("last_read_lsn"),
         )
     )
     rounds = (
-        events.filter(_table_image_read())
+        events.filter(table_image_event())
         .select("partition", "source_txid")
         .distinct()
         .select(
@@ -126,10 +121,26 @@ def updates(events: DataFrame) -> DataFrame:
                 F.lit(None).cast(t).alias(c)
                 for c, t in (("last_lsn", "long"), ("last_txid", "long"), ("last_op", "string"))
             ),
-            *(F.lit(None).cast("long").alias(c) for c in ("first_round", "last_read_txid", "last_read_lsn")),
+            *(F.lit(None).cast("long").alias(c) for c in ("last_read_txid", "last_read_lsn")),
         )
     )
-    return per_key.unionByName(rounds)
+    completed = (
+        completed_rounds(events)
+        .distinct()
+        .select(
+            F.concat(F.lit("c:"), F.col("source_txid").cast("string")).alias("id"),
+            F.lit(COMPLETED_ROW).alias("kind"),
+            F.lit(None).cast("string").alias("key"),
+            F.lit(None).cast("int").alias("partition"),
+            "source_txid",
+            *(
+                F.lit(None).cast(t).alias(c)
+                for c, t in (("last_lsn", "long"), ("last_txid", "long"), ("last_op", "string"))
+            ),
+            *(F.lit(None).cast("long").alias(c) for c in ("last_read_txid", "last_read_lsn")),
+        )
+    )
+    return per_key.unionByName(rounds).unionByName(completed)
 
 
 # Newer wins, and applying the same range twice changes nothing (a retried task, a re-sealed range).
@@ -139,7 +150,6 @@ MERGE_CLAUSES = (
     f"t.last_txid = CASE WHEN {_NEWER} THEN s.last_txid ELSE t.last_txid END, "
     f"t.last_op = CASE WHEN {_NEWER} THEN s.last_op ELSE t.last_op END, "
     "t.last_lsn = greatest(t.last_lsn, s.last_lsn), "
-    "t.first_round = coalesce(t.first_round, s.first_round), "
     "t.last_read_lsn = CASE WHEN s.last_read_txid IS NOT NULL OR s.last_read_lsn IS NOT NULL "
     "THEN s.last_read_lsn ELSE t.last_read_lsn END, "
     "t.last_read_txid = CASE WHEN s.last_read_txid IS NOT NULL OR s.last_read_lsn IS NOT NULL "
@@ -157,4 +167,3 @@ def commit(
     if rebuild or not storage.exists(spark, location):
         return storage.publish(rows, location, run, sort_by=["id"], metadata=metadata)
     return storage.merge_sql(rows, location, run, MERGE_CLAUSES, metadata=metadata)
-

@@ -34,6 +34,7 @@ from cdc_dev.loader import run_loader
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
 from cdc_dev.stack.hdfs import hadoop_java
+from cdc_dev.stack.topics import write_again
 from cdc_reconcile import kafka_offsets, run_state, state_store
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.orchestration.limits import SPARK_TASK_SWITCH
@@ -149,36 +150,39 @@ def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, aler
     assert lake_rows(spark, config) == source_rows(pg)
 
 
-def test_a_snapshot_rerun_fails_the_suite_is_repaired_and_warns_once(stack, config, pg, alerts, artifacts, spark):
+def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_warning(
+    stack, config, pg, alerts, artifacts, spark
+):
     rows = len(source_rows(pg))
     connect = Connect(config)
     before = sum(
         1 for r in read_topic(config.bootstrap_servers, TOPIC, timeout=30) if (r.payload or {}).get("op") == "r"
     )
-    for round_number in (1, 2):
-        connect.reset_offsets(config.connector_name)
-        eventually(
-            lambda n=round_number: (
-                sum(
-                    1
-                    for r in read_topic(config.bootstrap_servers, TOPIC, timeout=10)
-                    if (r.payload or {}).get("op") == "r"
-                )
-                >= before + n * rows
-            ),
-            timeout=120,
-            what=f"snapshot round {round_number} of {rows} rows in {TOPIC}",
-        )
-    result = dag_run(config, alerts, artifacts, "snapshot-rerun")
+    # The connector's offsets reset: Debezium snapshots the whole table again, a complete round
+    connect.reset_offsets(config.connector_name)
+    eventually(
+        lambda: (
+            sum(
+                1 for r in read_topic(config.bootstrap_servers, TOPIC, timeout=10) if (r.payload or {}).get("op") == "r"
+            )
+            >= before + rows
+        ),
+        timeout=120,
+        what=f"a snapshot round of {rows} rows in {TOPIC}",
+    )
+    redelivered = write_again(config.bootstrap_servers, TOPIC, 40)
+    assert redelivered == 40
+    result = dag_run(config, alerts, artifacts, "redelivery")
     assert result.state == "success", result
     expected = independent_duplicates(config, result.run_id)
-    assert expected["snapshot_rerun"] == rows, expected
+    assert expected == {"redelivery": 40, "snapshot_rerun": 0}, expected
 
     initial = outcome(config, result.run_id, Phase.BEFORE_REPAIR)
     assert not initial["success"]
     assert {k: initial["counts"][k] for k in expected} == expected
     failed = {c["check"] for c in initial["checks"] if not c["success"]}
-    assert "event uniqueness: no snapshot_rerun events" in failed
+    assert "event uniqueness: no redelivery events" in failed
+    assert "event uniqueness: no snapshot_rerun events" not in failed, "a complete new round is no re-run"
     assert not any(c["dataset"] == "differences" and not c["success"] for c in initial["checks"]), initial
     assert outcome(config, result.run_id, Phase.AFTER_REPAIR)["success"]
     for name in ("decide_repair", "reconcile", "validate_repaired", "confirm_repair", "publish_lake_table"):
@@ -189,7 +193,7 @@ def test_a_snapshot_rerun_fails_the_suite_is_repaired_and_warns_once(stack, conf
     assert alert["severity"] == "warning" and alert["path"] == "/alerts"
     assert alert["found"] == {k: v for k, v in expected.items() if v}
     assert alert["repaired"] == {k: v for k, v in expected.items() if v}
-    assert f"snapshot_rerun {rows}" in alert["text"]
+    assert "redelivery 40" in alert["text"]
     assert alert["data_docs"] and (config.run_dir / alert["data_docs"]).exists()
     assert external_resources((config.run_dir / alert["data_docs"]).read_text()) == [], "Data Docs read offline"
     report, _, anchor = alert["report"].partition("#")

@@ -137,6 +137,20 @@ def test_snapshot_rerun_is_counted_and_its_newer_state_wins(spark):
     assertDataFrameEqual(state(result), items(spark, [(1, "new", 5), (3, "x", 3), (4, "y", 4)]))
 
 
+def test_a_round_after_a_complete_round_is_a_new_image_not_a_rerun(spark):
+    rows = [
+        # a complete round (its last record is marked), then the connector snapshots the table again
+        # (offsets reset, a slot re-created): a new image of the table, with row 2 deleted meanwhile
+        item_event(0, "r", 1, {"id": 1, "name": "a", "qty": 1}, snapshot="first", txid=50, lsn=900),
+        item_event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="last_in_data_collection", txid=50, lsn=900),
+        item_event(2, "r", 1, {"id": 1, "name": "a", "qty": 7}, snapshot="first", txid=60, lsn=950),
+        item_event(3, "r", 3, {"id": 3, "name": "c", "qty": 3}, snapshot="last", txid=60, lsn=950),
+    ]
+    result, marked = fold(spark, rows)
+    assert duplicate_counts(marked) == {REDELIVERY: 0, SNAPSHOT_RERUN: 0}
+    assertDataFrameEqual(state(result), items(spark, [(1, "a", 7), (3, "c", 3)]))
+
+
 def test_a_snapshot_round_in_a_new_range_resets_the_previous_lake_table(spark):
     first, _ = fold(
         spark,

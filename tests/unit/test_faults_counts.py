@@ -24,9 +24,12 @@ def money(value: str) -> str:
     return base64.b64encode(unscaled.to_bytes(8, "big", signed=True)).decode()
 
 
-def event(offset: int, key: int, op: str, tx: int, lsn: int, name: str = "n", balance: str = "1.00") -> RawRecord:
+def event(
+    offset: int, key: int, op: str, tx: int, lsn: int, name: str = "n", balance: str = "1.00", snapshot: str = "true"
+) -> RawRecord:
     after = None if op == "d" else {"id": key, "name": name, "email": None, "balance": money(balance)}
-    value = {"schema": {}, "payload": {"op": op, "after": after, "source": {"txId": tx, "lsn": lsn}}}
+    source = {"txId": tx, "lsn": lsn, "snapshot": snapshot if op == "r" else "false"}
+    value = {"schema": {}, "payload": {"op": op, "after": after, "source": source}}
     return RawRecord(0, offset, {"id": key}, value)
 
 
@@ -69,6 +72,16 @@ def test_duplicates_count_redeliveries_and_snapshot_reruns_only_inside_the_range
     ]
     assert duplicates(records, {0: 3}, {0: 7}) == {"redelivery": 1, "snapshot_rerun": 2}
     assert duplicates(records, {0: 0}, {0: 8}) == {"redelivery": 3, "snapshot_rerun": 2}
+
+
+def test_a_round_after_a_complete_round_is_no_snapshot_rerun():
+    records = [
+        event(0, 1, "r", 100, 5, snapshot="first"),
+        event(1, 2, "r", 100, 5, snapshot="last_in_data_collection"),  # the round completed
+        event(2, 1, "r", 200, 9, snapshot="first"),  # the connector snapshots the table again
+        event(3, 2, "r", 200, 9, snapshot="last"),
+    ]
+    assert duplicates(records, {0: 0}, {0: 4}) == {"redelivery": 0, "snapshot_rerun": 0}
 
 
 def test_compare_separates_false_alarms_from_misses():

@@ -10,9 +10,9 @@ from cdc_reconcile.compaction import REDELIVERY, SNAPSHOT_RERUN, mark_duplicates
 from tests.support.frames import ITEMS_KEY, ITEMS_SPEC, item_changes, item_event, item_truncate, typed_changelog
 
 RANGES = [
-    [  # an initial snapshot round (txid 50), then streaming
+    [  # an initial snapshot round (txid 50) interrupted before its last record, then streaming
         item_event(0, "r", 1, {"id": 1, "name": "a", "qty": 1}, snapshot="first", txid=50, lsn=900),
-        item_event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="last", txid=50, lsn=900),
+        item_event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="true", txid=50, lsn=900),
         item_event(2, "u", 1, {"id": 1, "name": "a1", "qty": 1}, {"id": 1}, txid=101, lsn=1001),
         item_event(3, "u", 1, {"id": 1, "name": "a2", "qty": 1}, {"id": 1}, txid=102, lsn=1002),
         item_event(4, "c", 3, {"id": 3, "name": "c", "qty": 3}, txid=103, lsn=1003),
@@ -54,6 +54,22 @@ def test_the_state_classifies_each_range_as_the_whole_history_does(spark, tmp_pa
     last = {r["offset"]: r["duplicate_class"] for r in classes(by_state).collect()}
     # key 4 was never read by the first round: 60 is its first round, and its second read a redelivery
     assert last == {11: REDELIVERY, 12: SNAPSHOT_RERUN, 13: None, 14: REDELIVERY, 15: None}
+
+
+def test_a_round_after_a_round_completed_in_an_earlier_range_is_no_rerun(spark, tmp_path):
+    location = str(tmp_path / "key_state")
+    complete = [
+        item_event(0, "r", 1, {"id": 1, "name": "a", "qty": 1}, snapshot="first", txid=50, lsn=900),
+        item_event(1, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="last_in_data_collection", txid=50, lsn=900),
+    ]
+    again = [
+        item_event(2, "r", 1, {"id": 1, "name": "a", "qty": 1}, snapshot="first", txid=60, lsn=950),
+        item_event(3, "r", 2, {"id": 2, "name": "b", "qty": 2}, snapshot="last", txid=60, lsn=950),
+    ]
+    key_state.commit(spark, location, "run-0", mark_duplicates(item_changes(spark, complete)), base=None, rebuild=False)
+    state = storage.read(spark, location, storage.latest_version(spark, location))
+    marked = mark_duplicates(item_changes(spark, again), state=state)
+    assert [r["duplicate_class"] for r in classes(marked).collect()] == [None, None]
 
 
 def test_applying_a_range_twice_changes_nothing(spark, tmp_path):

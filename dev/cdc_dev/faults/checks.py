@@ -126,29 +126,38 @@ def differences(expected: Mapping[Any, Row], actual: Mapping[Any, Row]) -> dict[
 def duplicates(records: Iterable[RawRecord], start: Mapping[int, int], end: Mapping[int, int]) -> dict[str, int]:
     """Duplicates by cause in ``[start, end)``, each record judged against every earlier record.
 
-    Redelivery: same key, op, ``txId`` and ``lsn`` seen before. Snapshot re-run: an ``r`` event for a
-    key whose first ``r`` came from another snapshot transaction.
+    Redelivery: same key, op, ``txId`` and ``lsn`` seen before. Snapshot re-run: a snapshot read (``r``
+    with a ``txId``, not an incremental chunk) of a key whose previous read came from another snapshot
+    transaction that never wrote its last record (``source.snapshot`` ``last`` or
+    ``last_in_data_collection``): an interrupted round read again. A round after a complete one is a
+    new image of the table, not a duplicate.
     """
-    seen: set[tuple] = set()
-    first_round: dict[str, Any] = {}
-    counts = {"redelivery": 0, "snapshot_rerun": 0}
+    changes = []
+    completed: set[Any] = set()
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
         payload = unwrap(record.value)
-        if (
-            record.offset >= end.get(record.partition, 0)
-            or not payload
-            or payload.get("op") not in ("c", "u", "d", "r")
-        ):
-            continue
+        if record.offset < end.get(record.partition, 0) and payload and payload.get("op") in ("c", "u", "d", "r"):
+            changes.append((record, payload))
+            if payload["op"] == "r" and payload["source"].get("snapshot") in ("last", "last_in_data_collection"):
+                completed.add(payload["source"]["txId"])
+    seen: set[tuple] = set()
+    last_round: dict[str, Any] = {}
+    counts = {"redelivery": 0, "snapshot_rerun": 0}
+    for record, payload in changes:
         in_range = record.offset >= start.get(record.partition, 0)
         key = json.dumps(record.key, sort_keys=True)
-        identity = (key, payload["op"], payload["source"]["txId"], payload["source"]["lsn"])
+        txid = payload["source"]["txId"]
+        identity = (key, payload["op"], txid, payload["source"]["lsn"])
         if identity in seen:
             counts["redelivery"] += in_range
             continue
         seen.add(identity)
-        if payload["op"] == "r" and first_round.setdefault(key, payload["source"]["txId"]) != payload["source"]["txId"]:
+        if payload["op"] != "r" or txid is None or payload["source"].get("snapshot") == "incremental":
+            continue
+        previous = last_round.get(key)
+        if previous is not None and previous != txid and previous not in completed:
             counts["snapshot_rerun"] += in_range
+        last_round[key] = txid
     return counts
 
 

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 
 @dataclass(frozen=True)
@@ -110,3 +110,24 @@ def high_watermarks(bootstrap: str, topic: str, *, isolation: str = "read_commit
         }
     finally:
         consumer.close()
+
+
+def write_again(bootstrap: str, topic: str, count: int) -> int:
+    """Write the topic's last ``count`` committed change events again (same key, value and partition).
+
+    What a producer retry or a task restarted without exactly-once does: a redelivery. Tombstones are
+    left out: they carry no change, so no count would include them. Returns how many were written.
+    """
+    changes = [r for r in read_topic(bootstrap, topic) if r.payload]
+    records = changes[-count:]
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
+    for record in records:
+        producer.produce(
+            topic,
+            key=None if record.key is None else json.dumps(record.key).encode(),
+            value=None if record.value is None else json.dumps(record.value).encode(),
+            partition=record.partition,
+        )
+    if producer.flush(60):
+        raise RuntimeError(f"writing {count} records to {topic} again: not all acknowledged within 60s")
+    return len(records)

@@ -6,16 +6,14 @@ The range holds redelivered records too, so the retried compaction must still fi
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
 from pathlib import Path
 from typing import Any
 
-from ...stack import StackError
 from ...stack.process import wait_until
-from ...stack.topics import read_topic
+from ...stack.topics import write_again
 from ..harness import GROUP, FaultRunner
 from ..result import ScenarioResult
 
@@ -69,23 +67,5 @@ def kill_spark_job_mid_write(runner: FaultRunner, job: str, dag: threading.Threa
 
 
 def redeliver(runner: FaultRunner, count: int) -> int:
-    """Write the topic's last ``count`` committed change events again (same key and value): a redelivery.
-
-    Tombstones are left out: they carry no change, so no count would include them.
-    """
-    from confluent_kafka import Producer
-
-    bootstrap = runner.config.bootstrap_servers
-    changes = [r for r in read_topic(bootstrap, runner.topic) if r.payload]
-    records = changes[-count:]
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
-    for record in records:
-        producer.produce(
-            runner.topic,
-            key=None if record.key is None else json.dumps(record.key).encode(),
-            value=None if record.value is None else json.dumps(record.value).encode(),
-            partition=record.partition,
-        )
-    if producer.flush(60):
-        raise StackError(f"redelivering {count} records to {runner.topic}: not all acknowledged within 60s")
-    return len(records)
+    """Write the topic's last ``count`` committed change events again: a redelivery."""
+    return write_again(runner.config.bootstrap_servers, runner.topic, count)
