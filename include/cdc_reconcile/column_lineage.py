@@ -44,9 +44,15 @@ class ColumnLineage:
     attnums: dict[str, int] = field(default_factory=dict)
     missing_values: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str | None] = field(default_factory=dict)  # run column -> previous column, None: new
+    retyped: frozenset[str] = frozenset()  # run columns the previous table stores with another type
 
     @classmethod
-    def of(cls, columns: Sequence[Mapping[str, Any]], previous: T.StructType | None = None) -> ColumnLineage:
+    def of(
+        cls,
+        columns: Sequence[Mapping[str, Any]],
+        previous: T.StructType | None = None,
+        options: DecodeOptions = DEFAULT_OPTIONS,
+    ) -> ColumnLineage:
         """From the snapshot metadata's ``columns`` and the previous table's schema (None: no previous table)."""
         spec = {c["name"]: c["type"] for c in columns}
         attnums = {c["name"]: int(c["attnum"]) for c in columns if c.get("attnum") is not None}
@@ -54,7 +60,12 @@ class ColumnLineage:
         lineage = cls(spec, attnums, missing)
         if previous is None:
             return lineage
-        return cls(spec, attnums, missing, _sources(lineage, previous))
+        sources = _sources(lineage, previous)
+        stored = {f.name: f.dataType for f in previous.fields}
+        retyped = frozenset(
+            name for name, old in sources.items() if old is not None and stored[old] != spark_type(spec[name], options)
+        )
+        return cls(spec, attnums, missing, sources, retyped)
 
     @property
     def renamed_from(self) -> dict[str, str]:

@@ -266,7 +266,9 @@ class TableRun:
         events = run_partition(spark, lake.events, self.run_id)
         state = None if full_rescan else self._key_state_before()
         changes = change_events(of_table(events, name))
-        if has_fixed_scales(spec, self.settings.decode_options):
+        if has_fixed_scales(spec, self.settings.decode_options) and (previous is None or lineage.retyped):
+            # Only a range that may hold a decimal column's change of scale pays for each event's own
+            # (its schema's) scale: the first run, a full rescan, a run after a column was retyped.
             changes = with_decimal_scales(changes)
         marked = mark_duplicates(without_raw_values(changes), state=state).persist()
         decoded = decode_changes(marked, spec, self.table.key, self.settings.decode_options, lineage).persist()
@@ -373,7 +375,11 @@ class TableRun:
         """The run's columns (its snapshot's) against those of the table its predecessor published."""
         from .column_lineage import ColumnLineage
 
-        return ColumnLineage.of(snapshot.metadata["columns"], None if previous is None else previous.schema)
+        return ColumnLineage.of(
+            snapshot.metadata["columns"],
+            None if previous is None else previous.schema,
+            self.settings.decode_options,
+        )
 
     def _conformed(self, previous: DataFrame | None, lineage: ColumnLineage) -> DataFrame | None:
         """The previous table with the run's columns (see ``column_lineage``)."""

@@ -55,6 +55,7 @@ def test_the_previous_table_takes_the_runs_columns(spark):
     previous = stored_table(spark)
     lineage = ColumnLineage.of(run_columns(tier="std", note="fresh"), previous.schema)
     assert lineage.renamed_from == {"title": "label"}
+    assert lineage.retyped == {"qty"}
     expected = spark.createDataFrame(
         [(1, "a", 5, "fresh", "std", None, "c"), (2, "b", 7, "fresh", "std", None, "u")],
         "id bigint, title string, qty bigint, note string, tier string, since date, _cdc_op string",
