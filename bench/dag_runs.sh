@@ -7,11 +7,11 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 export CDC_RUN_DIR=${CDC_BENCH_RUN_DIR:-$ROOT/.run/bench-dag-stack}
-export CDC_PG_PORT=${CDC_BENCH_PG_PORT:-55452}
-export CDC_KAFKA_PORT=${CDC_BENCH_KAFKA_PORT:-59112}
-export CDC_KAFKA_CONTROLLER_PORT=${CDC_BENCH_KAFKA_CONTROLLER_PORT:-59113}
-export CDC_CONNECT_PORT=${CDC_BENCH_CONNECT_PORT:-58103}
-export CDC_AIRFLOW_PORT=${CDC_BENCH_AIRFLOW_PORT:-58200}
+export CDC_PG_PORT=${CDC_BENCH_PG_PORT:-25452}
+export CDC_KAFKA_PORT=${CDC_BENCH_KAFKA_PORT:-29112}
+export CDC_KAFKA_CONTROLLER_PORT=${CDC_BENCH_KAFKA_CONTROLLER_PORT:-29113}
+export CDC_CONNECT_PORT=${CDC_BENCH_CONNECT_PORT:-28103}
+export CDC_AIRFLOW_PORT=${CDC_BENCH_AIRFLOW_PORT:-28200}
 cd "$ROOT"
 stop_stack() { "$ROOT/.venv/bin/python" -c 'from cdc_dev.stack import Stack; Stack().down()' || true; }
 trap stop_stack EXIT

@@ -27,17 +27,17 @@ from tests.support.spark import integration_session
 
 TEST_ENV = {
     "CDC_RUN_DIR": os.environ.get("CDC_TEST_RUN_DIR", str(REPO_ROOT / ".run" / "test-stack")),
-    "CDC_PG_PORT": os.environ.get("CDC_TEST_PG_PORT", "55442"),
-    "CDC_KAFKA_PORT": os.environ.get("CDC_TEST_KAFKA_PORT", "59102"),
-    "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_KAFKA_CONTROLLER_PORT", "59103"),
-    "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_CONNECT_PORT", "58093"),
-    "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "58190"),
+    "CDC_PG_PORT": os.environ.get("CDC_TEST_PG_PORT", "25442"),
+    "CDC_KAFKA_PORT": os.environ.get("CDC_TEST_KAFKA_PORT", "29102"),
+    "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_KAFKA_CONTROLLER_PORT", "29103"),
+    "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_CONNECT_PORT", "28093"),
+    "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "28190"),
     # HDFS for the tests that put the lake on hdfs:// (the developer's ports + 20; the cluster module's are + 10)
-    "CDC_HDFS_NAMENODE_PORT": os.environ.get("CDC_TEST_STACK_HDFS_NAMENODE_PORT", "59040"),
-    "CDC_HDFS_NAMENODE_HTTP_PORT": os.environ.get("CDC_TEST_STACK_HDFS_NAMENODE_HTTP_PORT", "59890"),
-    "CDC_HDFS_DATANODE_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_PORT", "59886"),
-    "CDC_HDFS_DATANODE_HTTP_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_HTTP_PORT", "59884"),
-    "CDC_HDFS_DATANODE_IPC_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_IPC_PORT", "59887"),
+    "CDC_HDFS_NAMENODE_PORT": os.environ.get("CDC_TEST_STACK_HDFS_NAMENODE_PORT", "29040"),
+    "CDC_HDFS_NAMENODE_HTTP_PORT": os.environ.get("CDC_TEST_STACK_HDFS_NAMENODE_HTTP_PORT", "29890"),
+    "CDC_HDFS_DATANODE_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_PORT", "29886"),
+    "CDC_HDFS_DATANODE_HTTP_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_HTTP_PORT", "29884"),
+    "CDC_HDFS_DATANODE_IPC_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_IPC_PORT", "29887"),
     # the jobs' jars (Kafka source, JDBC driver) as a deployment names them; here the set-up's cache
     "CDC_SPARK_JARS": os.environ.get("CDC_SPARK_JARS") or str(StackConfig().spark_jars_dir),
     # the folder the Data Docs' CDN files are served from; here the set-up's cache

@@ -28,14 +28,14 @@ pytestmark = pytest.mark.integration
 
 # The developer's cluster ports + 10, as the session stack's are (conftest.TEST_ENV).
 CLUSTER_TEST_ENV = {
-    "CDC_HDFS_NAMENODE_PORT": os.environ.get("CDC_TEST_HDFS_NAMENODE_PORT", "59030"),
-    "CDC_HDFS_NAMENODE_HTTP_PORT": os.environ.get("CDC_TEST_HDFS_NAMENODE_HTTP_PORT", "59880"),
-    "CDC_HDFS_DATANODE_PORT": os.environ.get("CDC_TEST_HDFS_DATANODE_PORT", "59876"),
-    "CDC_HDFS_DATANODE_HTTP_PORT": os.environ.get("CDC_TEST_HDFS_DATANODE_HTTP_PORT", "59874"),
-    "CDC_HDFS_DATANODE_IPC_PORT": os.environ.get("CDC_TEST_HDFS_DATANODE_IPC_PORT", "59877"),
-    "CDC_SPARK_MASTER_PORT": os.environ.get("CDC_TEST_SPARK_MASTER_PORT", "57087"),
-    "CDC_SPARK_MASTER_UI_PORT": os.environ.get("CDC_TEST_SPARK_MASTER_UI_PORT", "58490"),
-    "CDC_SPARK_WORKER_UI_PORT": os.environ.get("CDC_TEST_SPARK_WORKER_UI_PORT", "58491"),
+    "CDC_HDFS_NAMENODE_PORT": os.environ.get("CDC_TEST_HDFS_NAMENODE_PORT", "29030"),
+    "CDC_HDFS_NAMENODE_HTTP_PORT": os.environ.get("CDC_TEST_HDFS_NAMENODE_HTTP_PORT", "29880"),
+    "CDC_HDFS_DATANODE_PORT": os.environ.get("CDC_TEST_HDFS_DATANODE_PORT", "29876"),
+    "CDC_HDFS_DATANODE_HTTP_PORT": os.environ.get("CDC_TEST_HDFS_DATANODE_HTTP_PORT", "29874"),
+    "CDC_HDFS_DATANODE_IPC_PORT": os.environ.get("CDC_TEST_HDFS_DATANODE_IPC_PORT", "29877"),
+    "CDC_SPARK_MASTER_PORT": os.environ.get("CDC_TEST_SPARK_MASTER_PORT", "27087"),
+    "CDC_SPARK_MASTER_UI_PORT": os.environ.get("CDC_TEST_SPARK_MASTER_UI_PORT", "28490"),
+    "CDC_SPARK_WORKER_UI_PORT": os.environ.get("CDC_TEST_SPARK_WORKER_UI_PORT", "28491"),
 }
 CLUSTER_ROWS = ("hdfs namenode", "hdfs datanode", "spark master", "spark worker")
 

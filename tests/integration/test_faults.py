@@ -31,11 +31,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FAULTS_TEST_ENV = {
     "CDC_RUN_DIR": os.environ.get("CDC_TEST_FAULTS_RUN_DIR", str(REPO_ROOT / ".run" / "faults-test")),
-    "CDC_PG_PORT": os.environ.get("CDC_TEST_FAULTS_PG_PORT", "55512"),
-    "CDC_KAFKA_PORT": os.environ.get("CDC_TEST_FAULTS_KAFKA_PORT", "59172"),
-    "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_FAULTS_KAFKA_CONTROLLER_PORT", "59173"),
-    "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_FAULTS_CONNECT_PORT", "58163"),
-    "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_FAULTS_AIRFLOW_PORT", "58197"),
+    "CDC_PG_PORT": os.environ.get("CDC_TEST_FAULTS_PG_PORT", "25512"),
+    "CDC_KAFKA_PORT": os.environ.get("CDC_TEST_FAULTS_KAFKA_PORT", "29172"),
+    "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_FAULTS_KAFKA_CONTROLLER_PORT", "29173"),
+    "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_FAULTS_CONNECT_PORT", "28163"),
+    "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_FAULTS_AIRFLOW_PORT", "28197"),
     "CDC_AIRFLOW_SCHEDULES": "off",
 }
 

@@ -140,7 +140,7 @@ def test_parallel_repetitions_get_their_own_ports_and_run_folders(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     first, third = repetition_environment(1), repetition_environment(3)
     assert {k: first[k] for k in RUNNER_ENV} == RUNNER_ENV
-    assert third["CDC_PG_PORT"] == "57492" and third["CDC_KAFKA_PORT"] == "61152"
+    assert third["CDC_PG_PORT"] == "27492" and third["CDC_KAFKA_PORT"] == "31152"
     assert first["CDC_RUN_DIR"].endswith("/.run/faults") and third["CDC_RUN_DIR"].endswith("/.run/faults-3")
     ports = [int(env[k]) for env in (first, repetition_environment(2), third) for k in RUNNER_ENV]
     assert len(set(ports)) == len(ports)

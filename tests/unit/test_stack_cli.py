@@ -16,8 +16,8 @@ from cdc_dev.stack.config import StackConfig
 @pytest.fixture
 def stack_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StackConfig:
     monkeypatch.setenv("CDC_RUN_DIR", str(tmp_path))
-    monkeypatch.setenv("CDC_PG_PORT", "55999")
-    monkeypatch.setenv("CDC_AIRFLOW_PORT", "58999")
+    monkeypatch.setenv("CDC_PG_PORT", "25999")
+    monkeypatch.setenv("CDC_AIRFLOW_PORT", "28999")
     monkeypatch.setenv("CDC_ALERTS_WEBHOOK", "http://127.0.0.1:9/alerts?team=data&x='y'")
     return StackConfig()
 
@@ -34,8 +34,8 @@ def test_airflow_env_prints_the_stack_environment_as_export_lines(stack_settings
         exported[name] = value
     assert exported == airflow_environment(stack_settings)
     assert exported["AIRFLOW_HOME"] == str(stack_settings.airflow_home)
-    assert exported["AIRFLOW__API__BASE_URL"] == "http://127.0.0.1:58999/"
-    assert "@127.0.0.1:55999/airflow" in exported["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert exported["AIRFLOW__API__BASE_URL"] == "http://127.0.0.1:28999/"
+    assert "@127.0.0.1:25999/airflow" in exported["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
 
 
 def test_a_shell_reads_the_exports_back_unchanged(stack_settings, capsys) -> None:
@@ -53,4 +53,4 @@ def test_a_shell_reads_the_exports_back_unchanged(stack_settings, capsys) -> Non
 def test_airflow_runs_the_venvs_airflow_with_that_environment(stack_settings, capfd) -> None:
     code = cli.main(["airflow", "--", "config", "get-value", "api", "base_url"])
     assert code == 0, capfd.readouterr().err
-    assert capfd.readouterr().out.strip().splitlines()[-1] == "http://127.0.0.1:58999/"
+    assert capfd.readouterr().out.strip().splitlines()[-1] == "http://127.0.0.1:28999/"

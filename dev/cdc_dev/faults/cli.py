@@ -22,22 +22,22 @@ from .report import load_results, markdown, matrix, save_results
 from .result import ScenarioResult
 from .scenarios import SCENARIOS, run_scenarios
 
-# The runner's own stack, apart from a developer's (55432...) and the tests' (55442...).
+# The runner's own stack, apart from a developer's (25432...) and the tests' (25442...).
 RUNNER_ENV = {
-    "CDC_PG_PORT": "55492",
-    "CDC_KAFKA_PORT": "59152",
-    "CDC_KAFKA_CONTROLLER_PORT": "59153",
-    "CDC_CONNECT_PORT": "58143",
-    "CDC_AIRFLOW_PORT": "58195",
+    "CDC_PG_PORT": "25492",
+    "CDC_KAFKA_PORT": "29152",
+    "CDC_KAFKA_CONTROLLER_PORT": "29153",
+    "CDC_CONNECT_PORT": "28143",
+    "CDC_AIRFLOW_PORT": "28195",
     # HDFS and the Spark cluster, for scenarios that start them (Stack(cluster=True)): the dev ports + 60
-    "CDC_HDFS_NAMENODE_PORT": "59080",
-    "CDC_HDFS_NAMENODE_HTTP_PORT": "59930",
-    "CDC_HDFS_DATANODE_PORT": "59926",
-    "CDC_HDFS_DATANODE_HTTP_PORT": "59924",
-    "CDC_HDFS_DATANODE_IPC_PORT": "59927",
-    "CDC_SPARK_MASTER_PORT": "57137",
-    "CDC_SPARK_MASTER_UI_PORT": "58540",
-    "CDC_SPARK_WORKER_UI_PORT": "58541",
+    "CDC_HDFS_NAMENODE_PORT": "29080",
+    "CDC_HDFS_NAMENODE_HTTP_PORT": "29930",
+    "CDC_HDFS_DATANODE_PORT": "29926",
+    "CDC_HDFS_DATANODE_HTTP_PORT": "29924",
+    "CDC_HDFS_DATANODE_IPC_PORT": "29927",
+    "CDC_SPARK_MASTER_PORT": "27137",
+    "CDC_SPARK_MASTER_UI_PORT": "28540",
+    "CDC_SPARK_WORKER_UI_PORT": "28541",
 }
 
 
