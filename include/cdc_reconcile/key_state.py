@@ -105,42 +105,31 @@ def updates(events: DataFrame) -> DataFrame:
             F.col("_read.source_lsn").alias("last_read_lsn"),
         )
     )
-    rounds = (
-        events.filter(table_image_event())
-        .select("partition", "source_txid")
-        .distinct()
-        .select(
-            F.concat(
-                F.lit("r:"), F.col("partition").cast("string"), F.lit(":"), F.col("source_txid").cast("string")
-            ).alias("id"),
-            F.lit(ROUND_ROW).alias("kind"),
-            F.lit(None).cast("string").alias("key"),
-            "partition",
-            "source_txid",
-            *(
-                F.lit(None).cast(t).alias(c)
-                for c, t in (("last_lsn", "long"), ("last_txid", "long"), ("last_op", "string"))
-            ),
-            *(F.lit(None).cast("long").alias(c) for c in ("last_read_txid", "last_read_lsn")),
-        )
+    rounds = events.filter(table_image_event()).select("partition", "source_txid").distinct()
+    round_rows = _marker_rows(
+        rounds,
+        F.concat(F.lit("r:"), F.col("partition").cast("string"), F.lit(":"), F.col("source_txid").cast("string")),
+        ROUND_ROW,
     )
-    completed = (
-        completed_rounds(events)
-        .distinct()
-        .select(
-            F.concat(F.lit("c:"), F.col("source_txid").cast("string")).alias("id"),
-            F.lit(COMPLETED_ROW).alias("kind"),
-            F.lit(None).cast("string").alias("key"),
-            F.lit(None).cast("int").alias("partition"),
-            "source_txid",
-            *(
-                F.lit(None).cast(t).alias(c)
-                for c, t in (("last_lsn", "long"), ("last_txid", "long"), ("last_op", "string"))
-            ),
-            *(F.lit(None).cast("long").alias(c) for c in ("last_read_txid", "last_read_lsn")),
-        )
+    completed = completed_rounds(events).distinct().withColumn("partition", F.lit(None).cast("int"))
+    completed_rows = _marker_rows(completed, F.concat(F.lit("c:"), F.col("source_txid").cast("string")), COMPLETED_ROW)
+    return per_key.unionByName(round_rows).unionByName(completed_rows)
+
+
+def _marker_rows(rounds: DataFrame, row_id: Column, kind: str) -> DataFrame:
+    """State rows of a round (``partition``, ``source_txid``): no key, none of the per-key fields."""
+    return rounds.select(
+        row_id.alias("id"),
+        F.lit(kind).alias("kind"),
+        F.lit(None).cast("string").alias("key"),
+        "partition",
+        "source_txid",
+        *(
+            F.lit(None).cast(t).alias(c)
+            for c, t in (("last_lsn", "long"), ("last_txid", "long"), ("last_op", "string"))
+        ),
+        *(F.lit(None).cast("long").alias(c) for c in ("last_read_txid", "last_read_lsn")),
     )
-    return per_key.unionByName(rounds).unionByName(completed)
 
 
 # Newer wins, and applying the same range twice changes nothing (a retried task, a re-sealed range).

@@ -144,12 +144,15 @@ def run_versions(spark: SparkSession, location: str, run_id: str) -> TableVersio
     return TableVersions(latest, None, latest, False)
 
 
-def previous_table(spark: SparkSession, lake: TableLake, run_id: str) -> tuple[DataFrame | None, int | None]:
+def previous_table(
+    spark: SparkSession, lake: TableLake, run_id: str, versions: TableVersions | None = None
+) -> tuple[DataFrame | None, int | None]:
     """The lake table as the previous run published it, pinned to that version.
 
-    A full rescan starts from nothing: its range holds the whole topic.
+    A full rescan starts from nothing: its range holds the whole topic. ``versions`` (from
+    :func:`table_versions`, when the caller has them) saves reading the table's history again.
     """
-    versions = table_versions(spark, lake, run_id)
+    versions = versions or table_versions(spark, lake, run_id)
     if versions.full_rescan or versions.base is None:
         return None, None
     return storage.read(spark, lake.table, versions.base), versions.base

@@ -35,6 +35,7 @@ from .lake import (
     PipelineError,
     SnapshotInfo,
     TableLake,
+    TableVersions,
     previous_table,
     run_changelog,
     run_partition,
@@ -254,10 +255,11 @@ class TableRun:
         self._refuse_if_expired()
         starting, ending = offsets or self.sealed_range().as_spark_json()
         spark, lake, name = self.spark, self.lake, self.table.name
-        full_rescan = full_rescan or table_versions(spark, lake, self.run_id).full_rescan
+        versions = table_versions(spark, lake, self.run_id)  # the lake table is not written until the fold
+        full_rescan = full_rescan or versions.full_rescan
         snapshot = snapshot_info(spark, lake, self.run_id)
         spec = snapshot.spec
-        previous = None if full_rescan else previous_table(spark, lake, self.run_id)[0]
+        previous = None if full_rescan else previous_table(spark, lake, self.run_id, versions)[0]
         lineage = self._lineage(snapshot, previous)
         records = read_kafka_range(spark, self.bootstrap, starting, ending, min_partitions=kafka_min_partitions)
         tagged = tag_envelopes(records).persist()
@@ -285,7 +287,7 @@ class TableRun:
         with described(spark, f"compact_cdc {name}: key state"):
             self._commit_key_state(marked, rebuild=full_rescan)
         with described(spark, f"compact_cdc {name}: fold and publish the table"):
-            self._publish_fold(snapshot, full_rescan=full_rescan)
+            self._publish_fold(snapshot, full_rescan=full_rescan, versions=versions)
         with described(spark, f"compact_cdc {name}: summary"):
             summary = {
                 "table": name,
@@ -390,17 +392,20 @@ class TableRun:
             return None
         return conform(previous, lineage, CDC_COLUMNS, self.settings.decode_options)
 
-    def _publish_fold(self, snapshot: SnapshotInfo, *, full_rescan: bool | None = None) -> storage.Commit | None:
+    def _publish_fold(
+        self, snapshot: SnapshotInfo, *, full_rescan: bool | None = None, versions: TableVersions | None = None
+    ) -> storage.Commit | None:
         """Fold the run's changelog (repairs included) onto the table version its predecessor published.
 
         One commit naming this run and its base (see ``publication``). A run whose table a later run
         already built on publishes nothing: moving the live table back would undo the later runs' changes.
+        ``versions`` are the table's as the caller read them, when nothing wrote the table since.
         """
         from .column_lineage import columns_changed
         from .compaction import CDC_COLUMNS, snapshot_resets
         from .publication import FoldInputs, publish_fold
 
-        versions = table_versions(self.spark, self.lake, self.run_id)
+        versions = versions or table_versions(self.spark, self.lake, self.run_id)
         if versions.superseded:
             log.warning(
                 "%s: run %s published table version %s; later runs published up to version %s, so its "
@@ -416,7 +421,7 @@ class TableRun:
         if full_rescan:
             previous, base = None, versions.base
         else:
-            previous, base = previous_table(self.spark, self.lake, self.run_id)
+            previous, base = previous_table(self.spark, self.lake, self.run_id, versions)
         earlier = None if full_rescan else self._rounds_before()
         lineage = self._lineage(snapshot, previous)
         inputs = FoldInputs(
@@ -448,8 +453,9 @@ class TableRun:
 
     @cached_property
     def _inputs(self) -> _Inputs:
-        previous, _ = previous_table(self.spark, self.lake, self.run_id)
-        full_rescan = table_versions(self.spark, self.lake, self.run_id).full_rescan
+        versions = table_versions(self.spark, self.lake, self.run_id)
+        previous, _ = previous_table(self.spark, self.lake, self.run_id, versions)
+        full_rescan = versions.full_rescan
         snapshot = snapshot_info(self.spark, self.lake, self.run_id)
         return _Inputs(
             snapshot=snapshot,

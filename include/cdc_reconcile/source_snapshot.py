@@ -57,7 +57,7 @@ class SourceColumn:
     not_null: bool
     attnum: int | None = None  # the column's identity: it survives a rename, a re-added name gets a new one
     # The value rows that existed when the column was added hold (PostgreSQL fills it without a change
-    # event), in the text form ``column_lineage.missing_value_column`` types; None: NULL or unknown.
+    # event), in the text form ``ColumnLineage.missing_value`` types; None: NULL or unknown.
     missing_value: str | None = None
 
 

@@ -89,38 +89,36 @@ def run_through(spark, config, pg, table, lake, run_id: str, *changes: str) -> N
     assert in_lake == in_source, (columns, sorted(in_lake ^ in_source)[:10])
 
 
+# Each step's statements run while the writer writes; one run follows each step.
+STEPS = (
+    ("schema-1", ()),
+    (
+        "schema-2-added",
+        (
+            f"ALTER TABLE {TABLE} ADD COLUMN tier text DEFAULT 'std'",
+            f"ALTER TABLE {TABLE} ADD COLUMN since date",
+            f"UPDATE {TABLE} SET tier = 'gold' WHERE id BETWEEN 10 AND 30",
+        ),
+    ),
+    (
+        "schema-3-renamed-dropped",
+        (
+            f"ALTER TABLE {TABLE} RENAME COLUMN label TO title",
+            f"ALTER TABLE {TABLE} DROP COLUMN note",
+            f"UPDATE {TABLE} SET title = 'retitled' WHERE id BETWEEN 40 AND 50",
+        ),
+    ),
+    (
+        "schema-4-retyped",
+        (
+            f"ALTER TABLE {TABLE} ALTER COLUMN qty TYPE bigint",
+            f"ALTER TABLE {TABLE} ALTER COLUMN price TYPE numeric(14,4)",
+        ),
+    ),
+)
+
+
 def test_columns_added_renamed_dropped_and_retyped_under_load(spark, config, pg, changing_table, tmp_path):
     pg.execute(f"INSERT INTO {TABLE} SELECT g, 'row ' || g, g % 7, g * 1.25, 'n' FROM generate_series(1, 300) g")
-    run_through(spark, config, pg, changing_table, tmp_path, "schema-1")
-    run_through(
-        spark,
-        config,
-        pg,
-        changing_table,
-        tmp_path,
-        "schema-2-added",
-        f"ALTER TABLE {TABLE} ADD COLUMN tier text DEFAULT 'std'",
-        f"ALTER TABLE {TABLE} ADD COLUMN since date",
-        f"UPDATE {TABLE} SET tier = 'gold' WHERE id BETWEEN 10 AND 30",
-    )
-    run_through(
-        spark,
-        config,
-        pg,
-        changing_table,
-        tmp_path,
-        "schema-3-renamed-dropped",
-        f"ALTER TABLE {TABLE} RENAME COLUMN label TO title",
-        f"ALTER TABLE {TABLE} DROP COLUMN note",
-        f"UPDATE {TABLE} SET title = 'retitled' WHERE id BETWEEN 40 AND 50",
-    )
-    run_through(
-        spark,
-        config,
-        pg,
-        changing_table,
-        tmp_path,
-        "schema-4-retyped",
-        f"ALTER TABLE {TABLE} ALTER COLUMN qty TYPE bigint",
-        f"ALTER TABLE {TABLE} ALTER COLUMN price TYPE numeric(14,4)",
-    )
+    for run_id, changes in STEPS:
+        run_through(spark, config, pg, changing_table, tmp_path, run_id, *changes)
