@@ -343,6 +343,82 @@ def table_as_changelog(table: DataFrame, spec: TableSpec, key: Sequence[str]) ->
     )
 
 
+def _known_value(column: str, key: Sequence[str]) -> Column:
+    """struct(v): the key's newest available value of ``column`` up to this event; null when none is known."""
+    so_far = (
+        Window.partitionBy(*names.columns(key))
+        .orderBy("offset", "sub")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    available = F.col("after_row").isNotNull() & ~is_unavailable("after_row", column)
+    return F.last(F.when(available, F.struct(F.col("after_row").getField(column).alias("v"))), ignorenulls=True).over(
+        so_far
+    )
+
+
+def with_key_change_values(events: DataFrame, spec: TableSpec, key: Sequence[str]) -> DataFrame:
+    """Creates of a key change with the unchanged TOASTed values of the old key filled in.
+
+    An ``UPDATE`` that changes the key reaches Debezium as a delete of the old key and a create of the
+    new one, both from the same WAL record (same LSN and transaction). Under ``REPLICA IDENTITY
+    DEFAULT`` the create's unchanged TOASTed columns are placeholders; the old key's state just before
+    its delete (from this range's events or the previous table) holds their values. A value still
+    unknown stays unavailable (a key moved twice in one range, or a delete sealed into an earlier
+    range than its create): the fold leaves it null and the diff finds the row stale.
+    """
+    values = [c for c in spec if c not in key]
+    if not values:
+        return events
+    waiting = F.coalesce(
+        (F.col("op") == "c")
+        & F.col("source_lsn").isNotNull()
+        & (F.size(F.col("after_row").getField(UNAVAILABLE_FIELD)) > 0),
+        F.lit(False),
+    )
+    old_keys = [f"_old_{i}" for i in range(len(key))]
+    change = ["source_lsn", "source_txid"]
+    creates = events.filter(waiting)
+    moves = (
+        events.filter((F.col("op") == "d") & F.col("source_lsn").isNotNull())
+        .select(*change, *(names.column(k).alias(o) for k, o in zip(key, old_keys, strict=True)))
+        .join(creates.select(*change).distinct(), change, "left_semi")
+    )
+    old_key_events = events.join(
+        moves.select(*(F.col(o).alias(k) for k, o in zip(key, old_keys, strict=True))).distinct(),
+        [*key],
+        "left_semi",
+    )
+    carried_as = {c: f"_carried_{i}" for i, c in enumerate(values)}
+    carried = (
+        old_key_events.select("op", *change, *(_known_value(c, key).alias(carried_as[c]) for c in values))
+        .filter(F.col("op") == "d")
+        .drop("op")
+    )
+    patched = creates.join(carried, change, "left")
+    row = F.col("after_row")
+
+    def value(c: str) -> Column:
+        if c in key:
+            return row.getField(c).alias(c)
+        known = F.col(carried_as[c])
+        return (
+            F.when(is_unavailable(row, c) & known.isNotNull(), known.getField("v")).otherwise(row.getField(c)).alias(c)
+        )
+
+    still = F.array_compact(
+        F.array(*(F.when(is_unavailable(row, c) & F.col(carried_as[c]).isNull(), F.lit(c)) for c in values))
+    )
+    patched = patched.withColumn(
+        "after_row",
+        F.struct(
+            *(value(c) for c in spec),
+            still.alias(UNAVAILABLE_FIELD),
+            row.getField(DECODE_ERRORS_FIELD).alias(DECODE_ERRORS_FIELD),
+        ),
+    ).select(*names.columns(events.columns))
+    return events.filter(~waiting).unionByName(patched)
+
+
 def fold_table(
     changelog: DataFrame,
     spec: TableSpec,
@@ -373,22 +449,8 @@ def fold_table(
             .filter(F.col("reset_offset").isNull() | (F.col("offset") >= F.col("reset_offset")))
             .drop("reset_offset")
         )
-    order = Window.partitionBy(*names.columns(key)).orderBy("offset", "sub")
-    so_far = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    filled = [
-        F.last(
-            F.when(
-                F.col("after_row").isNotNull() & ~is_unavailable("after_row", c),
-                F.struct(F.col("after_row").getField(c).alias("v")),
-            ),
-            ignorenulls=True,
-        )
-        .over(so_far)
-        .getField("v")
-        .alias(c)
-        for c in spec
-        if c not in key
-    ]
+    events = with_key_change_values(events, spec, key)
+    filled = [_known_value(c, key).getField("v").alias(c) for c in spec if c not in key]
     latest = Window.partitionBy(*names.columns(key)).orderBy(F.col("offset").desc(), F.col("sub").desc())
     state = events.select(
         *names.columns(key),

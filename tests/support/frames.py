@@ -88,5 +88,10 @@ def item_changes(spark: SparkSession, rows: Sequence[RawRecord]) -> DataFrame:
 
 
 def typed_changelog(marked: DataFrame, spec: Mapping[str, str], key: Sequence[str]) -> tuple[DataFrame, DataFrame]:
-    """Typed changelog rows and the events that could not be decoded, as compaction derives them."""
-    return changelog_rows(decode_changes(marked, spec, key), key)
+    """Typed changelog rows and the events that could not be decoded, as compaction derives them.
+
+    The rows are materialized, as compaction stores them before anything folds them: a fold over the
+    decode's plan would inline the decoding expressions once per use of the changelog.
+    """
+    changelog, quarantined = changelog_rows(decode_changes(marked, spec, key), key)
+    return changelog.localCheckpoint(), quarantined

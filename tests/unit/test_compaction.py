@@ -213,6 +213,28 @@ def test_unchanged_toast_column_is_filled_from_the_previous_state(spark):
     assertDataFrameEqual(state(tail), items(spark, [(1, "x" * 5000, 2)]))
 
 
+def test_a_key_change_carries_the_old_keys_unchanged_toast_values(spark):
+    """Debezium's delete of the old key and create of the new one share the UPDATE's LSN and txid."""
+    body = "x" * 5000
+    rows = [
+        item_event(0, "c", 1, {"id": 1, "name": body, "qty": 1}, txid=101, lsn=1001),
+        item_event(1, "c", 2, {"id": 2, "name": "y" * 5000, "qty": 1}, txid=101, lsn=1002),
+        # the key of row 1 moves to 10; row 2 keeps its key and loses nothing
+        item_event(2, "d", 1, None, {"id": 1}, txid=102, lsn=1003),
+        item_event(3, None, 1),
+        item_event(4, "c", 10, {"id": 10, "name": UNAVAILABLE_VALUE, "qty": 1}, txid=102, lsn=1003),
+        item_event(5, "u", 10, {"id": 10, "name": UNAVAILABLE_VALUE, "qty": 5}, {"id": 10}, txid=103, lsn=1004),
+        # a create with no delete of the same change is a new row whose value is not known
+        item_event(6, "c", 20, {"id": 20, "name": UNAVAILABLE_VALUE, "qty": 1}, txid=104, lsn=1005),
+    ]
+    expected = items(spark, [(2, "y" * 5000, 1), (10, body, 5), (20, None, 1)])
+    full, _ = fold(spark, rows)
+    assertDataFrameEqual(state(full), expected)
+    head, _ = fold(spark, rows[:2])
+    tail, _ = fold(spark, rows[2:], previous=head)
+    assertDataFrameEqual(state(tail), expected)
+
+
 def test_ordering_trap_emission_order_wins_over_lsn(spark):
     """A transaction that began before the snapshot point commits after it with lower change LSNs."""
     rows = [
