@@ -368,7 +368,7 @@ class Bench:
         cfg = self.config
         settings = RunSettings(
             lake_root=str(self.lake),
-            state_dsn=cfg.pg_dsn,
+            state_dsn=cfg.state_dsn,
             bootstrap_servers=cfg.bootstrap_servers,
             source=SourceDatabase(dsn=cfg.pg_dsn, jdbc_url=cfg.pg_jdbc_url, user=cfg.pg_user, password=cfg.pg_password),
             pipeline=PipelineConfig(tables=(self.table,), topic_prefix="cdc", watermark_table=WATERMARK_TABLE),

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    with state_store.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.state_dsn) as conn:
         before = run_state.latest_suite_outcome(conn, run_id, TABLE, Phase.BEFORE_REPAIR) or {}
         after = run_state.latest_suite_outcome(conn, run_id, TABLE, Phase.AFTER_REPAIR) or {}
         audit = run_state.audit_counts(conn, run_id, TABLE)

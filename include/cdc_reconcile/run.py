@@ -53,6 +53,7 @@ from .spark_steps import described, read_kafka_range
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    import psycopg
     from pyspark.sql import DataFrame, SparkSession
 
     from .column_lineage import ColumnLineage
@@ -164,15 +165,29 @@ class TableRun:
                     f"{self.table.name}: no snapshot of run {self.run_id!r} is recorded in the state database; "
                     "snapshot_source must run first (with --state-dsn)"
                 )
-            return sealing.seal_offsets(
-                conn,
-                bootstrap=self.bootstrap,
-                run_id=self.run_id,
-                table=self.table.name,
-                watermark_table=pipeline.watermark_table,
-                watermark_topic=watermark_topic or f"{self.table.topic_prefix}.{pipeline.watermark_table}",
-                timeout=timeout,
-            )
+            with self._source_connection() as source:
+                return sealing.seal_offsets(
+                    conn,
+                    bootstrap=self.bootstrap,
+                    run_id=self.run_id,
+                    table=self.table.name,
+                    watermark_table=pipeline.watermark_table,
+                    watermark_topic=watermark_topic or f"{self.table.topic_prefix}.{pipeline.watermark_table}",
+                    timeout=timeout,
+                    source=source,
+                )
+
+    @contextlib.contextmanager
+    def _source_connection(self) -> Iterator[psycopg.Connection | None]:
+        """The captured database, where the watermark is written; None: it is the state database."""
+        from .source_snapshot import connect_source
+
+        source = self.settings.source
+        if source is None:
+            yield None
+            return
+        with connect_source(source.dsn, user=source.user, password=source.password) as conn:
+            yield conn
 
     def sealed_range(self) -> state_store.OffsetRange:
         """The range ``seal`` recorded; compaction reads exactly it."""

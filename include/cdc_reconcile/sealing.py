@@ -250,8 +250,12 @@ def seal_offsets(
     timeout: float = 600.0,
     force: bool = False,
     clock_skew: float = 300.0,
+    source: psycopg.Connection | None = None,
 ) -> OffsetRange:
     """The ``seal_offsets`` task: watermark, wait, end offsets, seal.
+
+    ``conn`` is the state database; ``source`` the captured database the watermark is written to
+    (None: the same database as the state).
 
     Checks that the watermark's transaction is not visible in the snapshot recorded for this run
     and table (it would then prove nothing about that snapshot). A sealed range is returned as is
@@ -278,7 +282,7 @@ def seal_offsets(
         force = True
     deadline = time.monotonic() + timeout
     since_ms = int((time.time() - clock_skew) * 1000)
-    watermark_id, txid = write_watermark(conn, run_id, watermark_table)
+    watermark_id, txid = write_watermark(conn if source is None else source, run_id, watermark_table)
     if snapshot is None:
         log.warning("run %s, table %s: no snapshot recorded; sealing without checking the order", run_id, table)
     elif _visible_in(txid, snapshot):

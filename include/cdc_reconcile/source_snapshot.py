@@ -184,7 +184,10 @@ def column_projection(name: str, pg_type: str, options: DecodeOptions) -> str:
     return f"{expr} AS {column}"
 
 
-def _connect(dsn: str, user: str | None, password: str | None, connect_timeout: int) -> psycopg.Connection:
+def connect_source(
+    dsn: str, *, user: str | None = None, password: str | None = None, connect_timeout: int = 10
+) -> psycopg.Connection:
+    """An autocommit connection to the captured database; an unreachable one raises ``SourceUnavailable``."""
     overrides = {k: v for k, v in (("user", user), ("password", password)) if v}
     try:
         return psycopg.connect(
@@ -315,7 +318,7 @@ def exported_snapshot(
     The exporting transaction must stay open while anyone imports the snapshot (the JDBC partitions),
     so the caller does all its reading inside the ``with`` block.
     """
-    conn = _connect(dsn, user, password, connect_timeout)
+    conn = connect_source(dsn, user=user, password=password, connect_timeout=connect_timeout)
     try:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         # This session idles in its transaction while Spark reads; a server-wide timeout must not end it.
@@ -381,7 +384,7 @@ def unrepresentable_values(
     query = sql.SQL("SELECT {} FROM {}").format(
         sql.SQL(", ").join(expr for _, expr in checks), sql.Identifier(schema, table)
     )
-    with _connect(dsn, user, password, connect_timeout) as conn:
+    with connect_source(dsn, user=user, password=password, connect_timeout=connect_timeout) as conn:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot_id)))
         counts = conn.execute(query).fetchone()

@@ -17,7 +17,7 @@ import pytest
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.config import REPO_ROOT
 from cdc_dev.stack.connect import connector_config
-from cdc_reconcile import kafka_offsets
+from cdc_reconcile import kafka_offsets, state_store
 from cdc_reconcile.config import PipelineConfig, TableConfig, load_config
 from cdc_reconcile.errors import ReconcileError
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
@@ -108,6 +108,14 @@ def pg(config: StackConfig) -> Iterator[psycopg.Connection]:
         yield conn
 
 
+@pytest.fixture
+def state_db(config: StackConfig) -> Iterator[psycopg.Connection]:
+    """The run-state database (not the captured one), with its ``cdc_reconcile`` schema."""
+    with state_store.connect(config.state_dsn) as conn:
+        state_store.ensure_state_schema(conn)
+        yield conn
+
+
 @pytest.fixture(scope="session")
 def spark(stack) -> Iterator:
     """One local Spark session for all integration tests (starting one costs seconds on 2 cores)."""
@@ -128,7 +136,7 @@ def table_run(
     """The run object against the test stack's services, as the DAG's tasks and jobs build it."""
     settings = RunSettings(
         lake_root=str(lake),
-        state_dsn=config.pg_dsn,
+        state_dsn=config.state_dsn,
         bootstrap_servers=config.bootstrap_servers,
         source=SourceDatabase(
             dsn=config.pg_dsn, jdbc_url=config.pg_jdbc_url, user=config.pg_user, password=config.pg_password

@@ -33,7 +33,7 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture
 def state(config) -> Iterator[psycopg.Connection]:
-    with state_store.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.state_dsn) as conn:
         state_store.ensure_state_schema(conn)
         yield conn
 
@@ -272,7 +272,7 @@ def test_concurrent_open_range_creates_one_range(config, state):
         barrier = threading.Barrier(threads)
 
         def opener(run: str = run, barrier: threading.Barrier = barrier) -> dict[int, int]:
-            with state_store.connect(config.pg_dsn) as conn:
+            with state_store.connect(config.state_dsn) as conn:
                 barrier.wait(timeout=30)
                 return state_store.open_range(conn, run, table, topic, [0, 1, 2])
 
@@ -367,7 +367,7 @@ def test_sealed_range_holds_every_inserted_row(config, state, pg):
     inserted = {row[0] for row in pg.execute("SELECT id FROM public.customers WHERE name = %s", (marker,))}
     assert len(inserted) == 500
 
-    watermark_id, txid = sealing.write_watermark(state, run, WATERMARK_TABLE)
+    watermark_id, txid = sealing.write_watermark(pg, run, WATERMARK_TABLE)
     assert pg.execute("SELECT run_id FROM public.cdc_watermark WHERE id = %s", (watermark_id,)).fetchone() == (run,)
     assert txid > 0
     sealing.wait_for_watermark(bootstrap, watermark_topic, watermark_id, timeout=120)
@@ -391,7 +391,12 @@ def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, 
     previous = unique("run")
     state_store.open_range(state, previous, table, topic, partitions)
     seal = dict(
-        bootstrap=bootstrap, table=table, watermark_table=WATERMARK_TABLE, watermark_topic=watermark_topic, timeout=120
+        bootstrap=bootstrap,
+        table=table,
+        watermark_table=WATERMARK_TABLE,
+        watermark_topic=watermark_topic,
+        timeout=120,
+        source=pg,
     )
     sealing.seal_offsets(state, run_id=previous, **seal)
     compacted(state, previous, table)
@@ -431,10 +436,10 @@ def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, 
     assert not missing, f"{len(missing)} rows the snapshot saw are not in the sealed range: {sorted(missing)[:5]}"
 
 
-def test_watermark_visible_in_the_snapshot_is_refused(config, state):
+def test_watermark_visible_in_the_snapshot_is_refused(config, state, pg):
     run, table, topic = unique("run"), unique("public.customers"), config.topic_for("public.customers")
     state_store.open_range(state, run, table, topic, [0])
-    future = state.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0] + 1_000_000
+    future = pg.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0] + 1_000_000
     state_store.record_snapshot(state, run, table, {"xmin": future, "xmax": future})
     with pytest.raises(sealing.WatermarkBeforeSnapshot, match="visible in the recorded snapshot"):
         sealing.seal_offsets(
@@ -445,6 +450,7 @@ def test_watermark_visible_in_the_snapshot_is_refused(config, state):
             watermark_table=WATERMARK_TABLE,
             watermark_topic=config.topic_for(WATERMARK_TABLE),
             timeout=30,
+            source=pg,
         )
     assert state_store.get_range(state, run, table).sealed is False
 

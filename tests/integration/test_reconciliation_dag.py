@@ -107,13 +107,13 @@ def task(result: DagRunResult, name: str) -> str | None:
 
 
 def outcome(config, run_id: str, phase: Phase) -> dict:
-    with state_store.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.state_dsn) as conn:
         return run_state.latest_suite_outcome(conn, run_id, TABLE, phase)
 
 
 def independent_duplicates(config, run_id: str) -> dict[str, int]:
     """Duplicates in the run's offset range, by cause, counted from the raw topic with a plain consumer."""
-    with state_store.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.state_dsn) as conn:
         sealed = state_store.get_range(conn, run_id, TABLE)
     return duplicates(consume(config.bootstrap_servers, TOPIC, timeout=30), sealed.start, sealed.end)
 
@@ -235,7 +235,7 @@ def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_a
     assert task(result, "publish_lake_table") in ("upstream_failed", "skipped")
     counts = outcome(config, result.run_id, Phase.BEFORE_REPAIR)["counts"]
     assert (counts["missing"], counts["stale"], counts["extra"]) == (4, 3, 2), counts
-    with state_store.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.state_dsn) as conn:
         assert run_state.audit_counts(conn, result.run_id, TABLE) == {"extra": 2, "missing": 4, "stale": 3}
 
     new = alerts.received[already:]

@@ -22,6 +22,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from cdc_dev.loader import run_loader
+from cdc_reconcile import state_store
 from cdc_reconcile.config import Retention, load_config
 from cdc_reconcile.errors import InputError
 from cdc_reconcile.lake import TableLake, run_partition
@@ -215,7 +216,7 @@ def test_a_full_rescan_stays_one_through_reconcile(stack, config, spark, tmp_pat
 
 
 @pytest.mark.slow  # three runs, ~3 min: `-m slow`, to keep the test command under CI's limit
-def test_a_run_older_than_the_retention_is_pruned_and_refused_by_name(stack, config, spark, tmp_path, pg, loader):
+def test_a_run_older_than_the_retention_is_pruned_and_refused_by_name(stack, config, spark, tmp_path, state_db, loader):
     """keep_runs=2: the third run prunes the first from every per-run dataset; re-running it is refused."""
     lake = tmp_path / "lake"
     pipeline = dataclasses.replace(load_config(), retention=Retention(keep_runs=2))
@@ -232,8 +233,30 @@ def test_a_run_older_than_the_retention_is_pruned_and_refused_by_name(stack, con
         assert runs == {"keep-1", "keep-2"}, (dataset, runs)
     with pytest.raises(RunExpired, match=r"'keep-0' is older than the retention .*keep_runs.* can no longer be re-run"):
         table_run(spark, config, TABLE, lake, "keep-0", pipeline=pipeline).open()
-    with pg.cursor() as cur:
+    with state_db.cursor() as cur:
         assert cur.execute(
             "SELECT count(*) FROM cdc_reconcile.pruned_runs WHERE run_name = 'keep-0' AND table_name = %s",
             (TABLE.name,),
         ).fetchone() == (1,)
+
+
+def test_the_state_has_a_database_of_its_own_and_the_watermark_goes_to_the_source(
+    config, spark, tmp_path, pg, state_db, loader
+):
+    """The stack keeps the run state in ``cdc_state``, apart from the captured ``cdc_demo``, as users may.
+
+    The range and snapshot are recorded in the state database; the watermark row, which must commit
+    in the captured database to prove anything about its snapshot, is written there; the captured
+    database never gets the ``cdc_reconcile`` schema.
+    """
+    _, report, sealed = run_once(spark, config, TABLE, tmp_path / "lake", "apart-0")
+    assert report.clean, report.as_dict()
+    databases = [conn.execute("SELECT current_database()").fetchone()[0] for conn in (pg, state_db)]
+    assert databases == ["cdc_demo", "cdc_state"]
+    recorded = state_store.get_range(state_db, "apart-0", TABLE.name)
+    assert recorded is not None and recorded.end == sealed.end
+    assert state_store.get_snapshot(state_db, "apart-0", TABLE.name) is not None
+    watermark_table = load_config().watermark_table
+    row = pg.execute(f"SELECT run_id, xmin::text::bigint FROM {watermark_table} WHERE id = %s", (sealed.watermark_id,))
+    assert row.fetchone() == ("apart-0", sealed.watermark_txid % 2**32)  # written by the sealed transaction
+    assert pg.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'cdc_reconcile'").fetchone() is None

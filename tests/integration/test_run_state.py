@@ -38,25 +38,24 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
-def state(pg: psycopg.Connection) -> psycopg.Connection:
-    ensure_state_schema(pg)
-    return pg
+def state(state_db: psycopg.Connection) -> psycopg.Connection:
+    return state_db
 
 
 @pytest.fixture
-def without_state_schema(pg: psycopg.Connection) -> Iterator[psycopg.Connection]:
+def without_state_schema(state_db: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """No ``cdc_reconcile`` schema during the test; the session's own is moved aside and put back after,
     so the ranges and results other test modules recorded survive."""
     aside = f"cdc_reconcile_aside_{uuid.uuid4().hex[:8]}"
-    existed = pg.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'cdc_reconcile'").fetchone() is not None
+    existed = state_db.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'cdc_reconcile'").fetchone() is not None
     if existed:
-        pg.execute(f"ALTER SCHEMA cdc_reconcile RENAME TO {aside}")
+        state_db.execute(f"ALTER SCHEMA cdc_reconcile RENAME TO {aside}")
     try:
-        yield pg
+        yield state_db
     finally:
-        pg.execute("DROP SCHEMA IF EXISTS cdc_reconcile CASCADE")
+        state_db.execute("DROP SCHEMA IF EXISTS cdc_reconcile CASCADE")
         if existed:
-            pg.execute(f"ALTER SCHEMA {aside} RENAME TO cdc_reconcile")
+            state_db.execute(f"ALTER SCHEMA {aside} RENAME TO cdc_reconcile")
 
 
 def outcome(run_id: str, table: str, phase: Phase, *, missing: int) -> dict:

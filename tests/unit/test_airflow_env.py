@@ -17,13 +17,13 @@ def test_connections_variable_and_per_checkout_settings(tmp_path: Path) -> None:
     assert (spark["conn_type"], spark["host"], spark["extra"]["spark-binary"]) == ("spark", "local[*]", "spark-submit")
     assert (venv_bin() / "spark-submit").exists(), "pyspark's spark-submit must be in the venv"
     assert env["PATH"].split(":")[0] == str(venv_bin())
-    for conn_id in ("CDC_SOURCE", "CDC_STATE"):
+    for conn_id, database in (("CDC_SOURCE", "cdc_demo"), ("CDC_STATE", "cdc_state")):
         conn = json.loads(env[f"AIRFLOW_CONN_{conn_id}"])
         assert (conn["conn_type"], conn["host"], conn["port"], conn["schema"]) == (
             "postgres",
             "127.0.0.1",
             5555,
-            "cdc_demo",
+            database,
         )
     assert json.loads(env["AIRFLOW_CONN_CDC_KAFKA"])["host"] == "127.0.0.1:6666"
     assert env["AIRFLOW_VAR_CDC_LAKE_ROOT"] == str(tmp_path / "lake")

@@ -94,16 +94,16 @@ class FaultRunner:
         return result
 
     def outcome(self, run_id: str, phase: Phase) -> dict[str, Any] | None:
-        with state_store.connect(self.config.pg_dsn) as conn:
+        with state_store.connect(self.config.state_dsn) as conn:
             return run_state.latest_suite_outcome(conn, run_id, TABLE, phase)
 
     def audit(self, run_id: str) -> dict[str, int]:
         """The repair's audit rows of ``run_id`` by kind."""
-        with state_store.connect(self.config.pg_dsn) as conn:
+        with state_store.connect(self.config.state_dsn) as conn:
             return run_state.audit_counts(conn, run_id, TABLE)
 
     def range_of(self, run_id: str) -> tuple[dict[int, int], dict[int, int]]:
-        with state_store.connect(self.config.pg_dsn) as conn:
+        with state_store.connect(self.config.state_dsn) as conn:
             rng = state_store.get_range(conn, run_id, TABLE)
         if rng is None or rng.end is None:
             raise StackError(f"fault runner: run {run_id} has no sealed offset range for {TABLE}; see its DAG log")

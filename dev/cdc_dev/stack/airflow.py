@@ -61,14 +61,14 @@ def sql_alchemy_conn(config: StackConfig) -> str:
     )
 
 
-def _postgres_connection(config: StackConfig, description: str) -> str:
+def _postgres_connection(config: StackConfig, description: str, database: str) -> str:
     return json.dumps(
         {
             "conn_type": "postgres",
             "description": description,
             "host": config.host,
             "port": config.pg_port,
-            "schema": config.pg_database,
+            "schema": database,
             "login": config.pg_user,
             "password": config.pg_password,
         }
@@ -86,8 +86,10 @@ def connections(config: StackConfig) -> dict[str, str]:
                 "extra": {"spark-binary": "spark-submit", "deploy-mode": "client"},
             }
         ),
-        "AIRFLOW_CONN_CDC_SOURCE": _postgres_connection(config, "the captured PostgreSQL database"),
-        "AIRFLOW_CONN_CDC_STATE": _postgres_connection(config, "run state (schema cdc_reconcile)"),
+        "AIRFLOW_CONN_CDC_SOURCE": _postgres_connection(config, "the captured PostgreSQL database", config.pg_database),
+        "AIRFLOW_CONN_CDC_STATE": _postgres_connection(
+            config, "run state (schema cdc_reconcile), a database of its own", config.state_database
+        ),
         "AIRFLOW_CONN_CDC_KAFKA": json.dumps(
             {
                 "conn_type": "generic",

@@ -72,6 +72,8 @@ class StackConfig:
     spark_worker_memory: str = field(default_factory=lambda: os.environ.get("CDC_SPARK_WORKER_MEMORY") or "4g")
     host: str = "127.0.0.1"
     pg_database: str = "cdc_demo"
+    # the pipeline's run state lives in a database of its own, as it may on users' hosts
+    state_database: str = "cdc_state"
     pg_user: str = "cdc"
     pg_password: str = "cdc"
     connector_name: str = "cdc-demo"
@@ -126,6 +128,14 @@ class StackConfig:
     def pg_dsn(self) -> str:
         return (
             f"host={self.host} port={self.pg_port} dbname={self.pg_database} "
+            f"user={self.pg_user} password={self.pg_password}"
+        )
+
+    @property
+    def state_dsn(self) -> str:
+        """The run-state database (``cdc_state``): same server and role, not the captured database."""
+        return (
+            f"host={self.host} port={self.pg_port} dbname={self.state_database} "
             f"user={self.pg_user} password={self.pg_password}"
         )
 

@@ -171,7 +171,7 @@ class Postgres:
         return True
 
     def bootstrap(self) -> None:
-        """Role, database and demo schema; idempotent."""
+        """Role, the captured and the state databases, and the demo schema; idempotent."""
         cfg = self.config
         with psycopg.connect(self._superuser_dsn(), autocommit=True) as conn:
             role = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (cfg.pg_user,)).fetchone()
@@ -181,13 +181,14 @@ class Postgres:
                         sql.Identifier(cfg.pg_user), sql.Literal(cfg.pg_password)
                     )
                 )
-            db = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (cfg.pg_database,)).fetchone()
-            if db is None:
-                conn.execute(
-                    sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                        sql.Identifier(cfg.pg_database), sql.Identifier(cfg.pg_user)
+            for database in (cfg.pg_database, cfg.state_database):
+                db = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+                if db is None:
+                    conn.execute(
+                        sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                            sql.Identifier(database), sql.Identifier(cfg.pg_user)
+                        )
                     )
-                )
         schema_sql = resources.files("cdc_dev").joinpath("sql/demo_schema.sql").read_text()
         with psycopg.connect(cfg.pg_dsn, autocommit=True) as conn:
             conn.execute(schema_sql)

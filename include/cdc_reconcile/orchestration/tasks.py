@@ -6,7 +6,8 @@ resolved through the Postgres provider's hook and Airflow's connection store, ne
 Airflow objects used (names are fixed; the embedded stack defines all of them):
 
 * ``cdc_state`` (postgres): the state database with the ``cdc_reconcile`` schema;
-* ``cdc_source`` (postgres): the captured database the snapshot reads;
+* ``cdc_source`` (postgres): the captured database the snapshot reads and the watermark is written to
+  (the same database as ``cdc_state`` or another one);
 * ``cdc_kafka`` (generic): ``host`` is the Kafka bootstrap servers;
 * ``cdc_alerts`` (slackwebhook, http or smtp, optional): where alerts go;
 * ``spark_default`` (spark): the master for the Spark jobs (``local[*]`` by default);
@@ -30,7 +31,7 @@ from . import limits
 from .alerts import OUTCOME_KEY
 
 if TYPE_CHECKING:
-    from ..run import TableRun
+    from ..run import SourceDatabase, TableRun
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,16 @@ def state_dsn() -> str:
     return libpq_dsn(PostgresHook(postgres_conn_id=STATE_CONN).get_connection(STATE_CONN))
 
 
+def source_database() -> SourceDatabase:
+    """The captured database from the ``cdc_source`` connection: the watermark is written there."""
+    from ..run import SourceDatabase
+
+    connection = _connection(SOURCE_CONN)
+    return SourceDatabase(
+        dsn=libpq_dsn(connection), jdbc_url=jdbc_url(connection), user=connection.login, password=connection.password
+    )
+
+
 def lake_root() -> str:
     from airflow.sdk import Variable
 
@@ -170,6 +181,7 @@ def table_run(table_name: str, run_id: str) -> TableRun:
         lake_root=lake_root(),
         state_dsn=state_dsn(),
         bootstrap_servers=kafka_bootstrap(_connection(KAFKA_CONN)),
+        source=source_database(),
         pipeline=config,
     )
     return TableRun(config.table(table_name), run_id, settings)
