@@ -5,7 +5,9 @@ gives every existing row the default at once (the column's *missing value*, kept
 rename keeps every value under the new name, ``ALTER COLUMN ... TYPE`` rewrites the table. A run
 knows its columns from its snapshot's catalog read, each with its ``attnum``: the column's identity,
 kept by a rename and new for a name dropped and added again. The lake table stores each column's
-attnum in its field metadata, so the run can tell a rename from a drop and an add.
+attnum in its field metadata, so the run can tell a rename from a drop and an add, and beside it the
+column's PostgreSQL type and, for a type Delta cannot hold as such (``time`` as int64 microseconds),
+a ``comment`` saying how the value is encoded, for consumers of the lake.
 
 Both inputs of older shape are made to fit the run's columns, so the fold never meets a column it
 cannot resolve and never reports rows that merely predate a schema change:
@@ -31,9 +33,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import names
-from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type, stored_encoding
 
 ATTNUM_KEY = "cdc_reconcile.attnum"
+PG_TYPE_KEY = "cdc_reconcile.pg_type"
+# Spark's column-comment key: DESCRIBE shows it, and other Delta readers (delta-rs) see it as field metadata.
+COMMENT_KEY = "comment"
+# The keys a run writes from its own columns; a stored table holding other values is rewritten.
+DESCRIPTION_KEYS = (PG_TYPE_KEY, COMMENT_KEY)
 
 
 @dataclass(frozen=True)
@@ -140,23 +147,58 @@ def conform(
 def columns_changed(
     previous: T.StructType, lineage: ColumnLineage, keep: Sequence[str], options: DecodeOptions = DEFAULT_OPTIONS
 ) -> bool:
-    """The stored table's layout is not the run's: names, order, types, or column identities differ."""
+    """The stored table's layout is not the run's: names, order, types, column identities, or descriptions differ.
+
+    A description (PostgreSQL type, encoding comment) the table lacks or holds stale, as after a retype
+    to a type stored alike (``varchar(10)`` to ``text``), is written by rewriting the table once.
+    """
     if previous.fieldNames() != [*lineage.spec, *keep]:
         return True
     stored = {f.name: f.dataType for f in previous.fields}
     if any(stored[name] != spark_type(pg_type, options) for name, pg_type in lineage.spec.items()):
         return True
     stored_ids = column_ids(previous)
-    return any(stored_ids.get(name) != attnum for name, attnum in lineage.attnums.items())
+    if any(stored_ids.get(name) != attnum for name, attnum in lineage.attnums.items()):
+        return True
+    stored_metadata = {f.name: f.metadata or {} for f in previous.fields}
+    for name, pg_type in lineage.spec.items():
+        description = column_description(pg_type, options)
+        if any(stored_metadata[name].get(k) != description.get(k) for k in DESCRIPTION_KEYS):
+            return True
+    return False
 
 
-def with_column_ids(table: DataFrame, lineage: ColumnLineage) -> DataFrame:
-    """The table with each run column's attnum in its field metadata (what :func:`conform` matches on next run)."""
+def column_description(pg_type: str, options: DecodeOptions = DEFAULT_OPTIONS) -> dict[str, str]:
+    """A column's PostgreSQL type and, when the lake encodes its values, how: its field metadata besides the attnum."""
+    description = {PG_TYPE_KEY: pg_type}
+    encoding = stored_encoding(pg_type, options)
+    if encoding is not None:
+        description[COMMENT_KEY] = encoding
+    return description
+
+
+def with_column_metadata(
+    table: DataFrame, lineage: ColumnLineage, options: DecodeOptions = DEFAULT_OPTIONS
+) -> DataFrame:
+    """The table with each run column's field metadata: its attnum (what :func:`conform` matches on next run),
+    PostgreSQL type and encoding comment (what a consumer reads the value by).
+
+    A run column's metadata is replaced, so no description of an earlier type survives; an attnum the
+    run does not know is kept. Other columns are left as they are.
+    """
+    fields = {f.name: f.metadata or {} for f in table.schema.fields}
+
+    def metadata(c: str) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        if c in lineage.attnums:
+            found[ATTNUM_KEY] = lineage.attnums[c]
+        elif ATTNUM_KEY in fields[c]:
+            found[ATTNUM_KEY] = fields[c][ATTNUM_KEY]
+        if c in lineage.spec:
+            found.update(column_description(lineage.spec[c], options))
+        return found
+
+    described = set(lineage.spec) | set(lineage.attnums)
     return table.select(
-        *(
-            names.column(c).alias(c, metadata={ATTNUM_KEY: lineage.attnums[c]})
-            if c in lineage.attnums
-            else names.column(c)
-            for c in table.columns
-        )
+        *(names.column(c).alias(c, metadata=metadata(c)) if c in described else names.column(c) for c in table.columns)
     )

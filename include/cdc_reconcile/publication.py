@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import names, storage
-from .column_lineage import ColumnLineage, with_column_ids
+from .column_lineage import ColumnLineage, with_column_metadata
 from .compaction import CDC_COLUMNS, TRUNCATE, fold_table, without_redeliveries
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,7 +40,8 @@ class FoldInputs:
     resets: DataFrame
     # The stored base's columns are not the run's (``previous`` is then conformed to the run's).
     columns_changed: bool = False
-    lineage: ColumnLineage | None = None  # gives the written table its column identities
+    lineage: ColumnLineage | None = None  # gives the written table its column identities and descriptions
+    decode_options: DecodeOptions = DEFAULT_OPTIONS  # how the columns were decoded: their descriptions say so
 
 
 def overwrite_reason(inputs: FoldInputs) -> str | None:
@@ -99,7 +101,7 @@ def publish_fold(inputs: FoldInputs, location: str, run: str, *, full_rescan: bo
         return commit, "merge"
     table = fold_table(inputs.changelog, inputs.spec, inputs.key, previous=inputs.previous, resets=inputs.resets)
     if inputs.lineage is not None:
-        table = with_column_ids(table, inputs.lineage)
+        table = with_column_metadata(table, inputs.lineage, inputs.decode_options)
     metadata["written_as"] = f"overwrite: {reason}"
     properties = dict(TABLE_PROPERTIES)
     if storage.needs_column_mapping(table.columns):

@@ -450,6 +450,7 @@ class TableRun:
             columns_changed=previous is not None
             and columns_changed(previous.schema, lineage, CDC_COLUMNS, self.settings.decode_options),
             lineage=lineage,
+            decode_options=self.settings.decode_options,
         )
         commit, written_as = publish_fold(inputs, self.lake.table, self.version, full_rescan=full_rescan)
         log.info(

@@ -11,7 +11,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
-from cdc_reconcile.column_lineage import ATTNUM_KEY, ColumnLineage, column_ids, columns_changed, conform
+from cdc_reconcile.column_lineage import (
+    ATTNUM_KEY,
+    COMMENT_KEY,
+    PG_TYPE_KEY,
+    ColumnLineage,
+    column_ids,
+    columns_changed,
+    conform,
+    with_column_metadata,
+)
 from cdc_reconcile.debezium.decoding import decode_image, has_fixed_scales, with_decimal_scales
 
 from .debezium.helpers import decimal_b64
@@ -20,15 +29,15 @@ KEEP = ("_cdc_op",)
 
 
 def stored_table(spark):
-    """The previous lake table: id (1), label (2), qty int (3), note (4), each column's attnum in its metadata."""
+    """The previous lake table: id (1), label (2), qty int (3), note (4), attnums and types in the metadata."""
     schema = T.StructType(
         [
-            T.StructField(name, data_type, True, {ATTNUM_KEY: attnum})
-            for name, data_type, attnum in (
-                ("id", T.LongType(), 1),
-                ("label", T.StringType(), 2),
-                ("qty", T.IntegerType(), 3),
-                ("note", T.StringType(), 4),
+            T.StructField(name, data_type, True, {ATTNUM_KEY: attnum, PG_TYPE_KEY: pg_type})
+            for name, data_type, attnum, pg_type in (
+                ("id", T.LongType(), 1, "bigint"),
+                ("label", T.StringType(), 2, "text"),
+                ("qty", T.IntegerType(), 3, "integer"),
+                ("note", T.StringType(), 4, "text"),
             )
         ]
         + [T.StructField("_cdc_op", T.StringType(), True)]
@@ -84,6 +93,46 @@ def test_columns_changed_only_when_the_stored_layout_differs(spark):
     assert columns_changed(previous.schema, ColumnLineage.of(widened, previous.schema), KEEP)
     re_added = [dict(c, attnum=9) if c["name"] == "note" else c for c in same]
     assert columns_changed(previous.schema, ColumnLineage.of(re_added, previous.schema), KEEP)
+    # stored alike, described differently: the table is rewritten so its column metadata stays true
+    retyped_alike = [dict(c, type="character varying(20)") if c["name"] == "note" else c for c in same]
+    assert columns_changed(previous.schema, ColumnLineage.of(retyped_alike, previous.schema), KEEP)
+
+
+def test_the_written_table_describes_each_column_and_its_encoding(spark):
+    """attnum, PostgreSQL type, and a comment where the value is an encoding (a time as microseconds)."""
+    columns = [
+        {"name": "id", "type": "bigint", "attnum": 1},
+        {"name": "opens", "type": "time without time zone", "attnum": 2},
+        {"name": "note", "type": "text"},  # no attnum known: the stored one is kept
+    ]
+    lineage = ColumnLineage.of(columns)
+    table = spark.createDataFrame(
+        [(1, 3_600_000_000, "n", "c")],
+        T.StructType(
+            [
+                T.StructField("id", T.LongType()),
+                T.StructField("opens", T.LongType(), True, {COMMENT_KEY: "an earlier description"}),
+                T.StructField("note", T.StringType(), True, {ATTNUM_KEY: 3}),
+                T.StructField("_cdc_op", T.StringType(), True, {"kept": "as is"}),
+            ]
+        ),
+    )
+
+    written = with_column_metadata(table, lineage)
+
+    assert {f.name: f.metadata for f in written.schema.fields} == {
+        "id": {ATTNUM_KEY: 1, PG_TYPE_KEY: "bigint"},
+        "opens": {
+            ATTNUM_KEY: 2,
+            PG_TYPE_KEY: "time without time zone",
+            COMMENT_KEY: "int64 microseconds since midnight (Delta has no TIME type)",
+        },
+        "note": {ATTNUM_KEY: 3, PG_TYPE_KEY: "text"},
+        "_cdc_op": {"kept": "as is"},
+    }
+    assertDataFrameEqual(written, table)
+    assert not columns_changed(written.schema, ColumnLineage.of(columns, written.schema), KEEP)
+    assert columns_changed(table.schema, ColumnLineage.of(columns, table.schema), KEEP), "undescribed: rewritten"
 
 
 def test_missing_values_are_typed_as_the_lake_stores_them(spark):

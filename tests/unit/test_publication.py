@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
 
 from cdc_reconcile import storage
+from cdc_reconcile.column_lineage import ATTNUM_KEY, COMMENT_KEY, PG_TYPE_KEY, ColumnLineage
 from cdc_reconcile.compaction import fold_table, mark_duplicates, snapshot_resets
+from cdc_reconcile.debezium.pgtypes import stored_encoding
 from cdc_reconcile.publication import FoldInputs, publish_fold
 from tests.support.frames import ITEMS_KEY, ITEMS_SPEC, item_changes, item_event, item_truncate, typed_changelog
 from tests.support.lake import delta_rows
@@ -13,9 +16,9 @@ from tests.support.lake import delta_rows
 ROWS = 400
 
 
-def changelog(spark, rows):
+def changelog(spark, rows, spec=ITEMS_SPEC):
     marked = mark_duplicates(item_changes(spark, rows))
-    typed, quarantined = typed_changelog(marked, ITEMS_SPEC, ITEMS_KEY)
+    typed, quarantined = typed_changelog(marked, spec, ITEMS_KEY)
     assert quarantined.count() == 0
     return typed
 
@@ -108,3 +111,41 @@ def test_a_truncate_is_written_as_an_overwrite(spark, tmp_path):
     _, how = publish_fold(inputs(spark, location, log, previous_version=0), location, "r2", full_rescan=False)
     assert how == "overwrite: a truncate empties the table"
     assert [r["id"] for r in storage.read(spark, location).collect()] == [7]
+
+
+def test_the_table_describes_a_time_column_to_other_readers(spark, tmp_path):
+    """A time lands as int64 microseconds; delta-rs (no Spark) reads its PostgreSQL type and encoding."""
+    location = str(tmp_path / "table")
+    spec = {**ITEMS_SPEC, "opens": "time without time zone"}
+    lineage = ColumnLineage.of([{"name": n, "type": t, "attnum": i} for i, (n, t) in enumerate(spec.items(), 1)])
+    first = changelog(spark, [item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1, "opens": 34_200_000_000})], spec)
+    commit, how = publish_fold(
+        FoldInputs(first, spec, ITEMS_KEY, None, None, None, snapshot_resets(first), lineage=lineage),
+        location,
+        "r1",
+        full_rescan=False,
+    )
+    assert how.startswith("overwrite") and commit.version == 0
+    update = {"id": 1, "name": "b", "qty": 2, "opens": 34_200_500_000}
+    second = changelog(spark, [item_event(1, "u", 1, update, txid=101, lsn=1001)], spec)
+    previous = storage.read(spark, location, 0)
+    _, how = publish_fold(
+        FoldInputs(second, spec, ITEMS_KEY, previous, 0, 0, snapshot_resets(second), lineage=lineage),
+        location,
+        "r2",
+        full_rescan=False,
+    )
+    assert how == "merge"  # a merge keeps the descriptions the overwrite wrote
+
+    fields = {f.name: f.metadata for f in DeltaTable(location).schema().fields}
+    assert fields["opens"] == {
+        ATTNUM_KEY: 4,
+        PG_TYPE_KEY: "time without time zone",
+        COMMENT_KEY: stored_encoding("time"),
+    }
+    assert fields["name"] == {ATTNUM_KEY: 2, PG_TYPE_KEY: "text"}
+    assert delta_rows(location, columns=["id", "opens"]) == [{"id": 1, "opens": 34_200_500_000}]  # 09:30:00.5
+    assertDataFrameEqual(
+        storage.read(spark, location).select("id", "name", "opens"),
+        spark.createDataFrame([(1, "b", 34_200_500_000)], "id long, name string, opens long"),
+    )

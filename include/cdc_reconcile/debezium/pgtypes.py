@@ -150,3 +150,35 @@ def spark_type(pg_type: str | PgType, options: DecodeOptions = DEFAULT_OPTIONS) 
 def table_schema(spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> T.StructType:
     """The typed row schema of a table spec, in spec order."""
     return T.StructType([T.StructField(name, spark_type(pg, options), True) for name, pg in spec.items()])
+
+
+def stored_encoding(pg_type: str | PgType, options: DecodeOptions = DEFAULT_OPTIONS) -> str | None:
+    """How the lake encodes a column whose values it cannot hold as their own type; None when it can.
+
+    Delta has no time, time-with-zone, interval or money type, so such a column lands as a number,
+    text or plain decimal. The lake table carries this text as the column's comment, so a consumer
+    reading the column knows what the value means. It describes what :func:`spark_type`, the decoder
+    and the snapshot's ``column_projection`` produce.
+    """
+    t = PgType.parse(pg_type) if isinstance(pg_type, str) else pg_type
+    if t.is_array:
+        element = stored_encoding(t.element(), options)
+        return None if element is None else f"array of {element}"
+    if t.name == "time":
+        return "int64 microseconds since midnight (Delta has no TIME type)"
+    if t.name == "interval" and isinstance(spark_type(t, options), T.LongType):
+        return (
+            "int64 microseconds, a month counted as 30.4375 days and a day as 24 hours "
+            "(Debezium's interval.handling.mode=numeric; Delta has no interval type)"
+        )
+    if t.name == "timetz":
+        # The decoder keeps Debezium's text (ZonedTime, shifted to UTC); the snapshot projects ::text.
+        return (
+            "string time of day with UTC offset (Delta has no TIME type): Debezium's ISO-8601 text in UTC "
+            "(10:15:30Z) from change events, PostgreSQL's text (11:15:30+01) in rows written from the "
+            "source snapshot (repairs, an added column's default)"
+        )
+    if t.name == "money":
+        digits = options.money_fraction_digits
+        return f"decimal(19,{digits}) amount without currency symbol (money.fraction.digits={digits})"
+    return None

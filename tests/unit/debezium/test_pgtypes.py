@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import types as T
 
-from cdc_reconcile.debezium.pgtypes import DecodeOptions, PgType, spark_type
+from cdc_reconcile.debezium.pgtypes import DecodeOptions, PgType, spark_type, stored_encoding
 
 
 def test_pg_type_parsing():
@@ -33,3 +33,26 @@ def test_spark_types():
     assert spark_type("uuid") == T.StringType()
     with pytest.raises(ValueError):
         DecodeOptions(decimal_handling_mode="exact")
+
+
+def test_stored_encoding_describes_the_values_delta_cannot_type():
+    """time and interval land as int64 microseconds, timetz as text, money as a plain decimal."""
+    time = "int64 microseconds since midnight (Delta has no TIME type)"
+    assert stored_encoding("time") == time
+    assert stored_encoding("time(3) without time zone") == time  # the decoder scales milliseconds up
+    assert stored_encoding(PgType("time")) == time
+    assert stored_encoding("interval").startswith("int64 microseconds, a month counted as 30.4375 days")
+    timetz = stored_encoding("time with time zone")
+    assert timetz == stored_encoding("timetz(6)")
+    assert timetz.startswith("string time of day with UTC offset") and "10:15:30Z" in timetz
+    assert stored_encoding("money") == "decimal(19,2) amount without currency symbol (money.fraction.digits=2)"
+    assert stored_encoding("money", DecodeOptions(money_fraction_digits=4)).startswith("decimal(19,4) amount")
+    assert stored_encoding("time[]") == f"array of {time}"
+    assert stored_encoding("_money") == f"array of {stored_encoding('money')}"
+
+
+def test_stored_encoding_is_none_for_values_stored_as_their_own_type():
+    for pg_type in ("integer", "text", "numeric(12,2)", "timestamp", "timestamptz", "date", "bytea", "uuid", "text[]"):
+        assert stored_encoding(pg_type) is None, pg_type
+    # interval.handling.mode=string: a text, as Debezium sends it, not a number to decode
+    assert stored_encoding("interval", DecodeOptions(interval_handling_mode="string")) is None
