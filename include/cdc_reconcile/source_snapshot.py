@@ -160,6 +160,10 @@ GROUP BY i.indexrelid
 """
 
 
+# date and timestamp types whose +-infinity no Spark value holds (JDBC would overflow reading it)
+FINITE_TYPES = ("date", "timestamp", "timestamptz")
+
+
 def column_projection(name: str, pg_type: str, options: DecodeOptions) -> str:
     """How a column is selected so JDBC can carry it and the snapshot's ``transform`` can type it like the decoder."""
     t = PgType.parse(pg_type)
@@ -171,6 +175,14 @@ def column_projection(name: str, pg_type: str, options: DecodeOptions) -> str:
         expr = f"{column}::numeric::text"  # NaN/Infinity and unbounded scale survive JDBC as text
     elif t.name == "time":
         expr = f"(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint"
+    elif t.name == "timetz":
+        expr = f"(({column} AT TIME ZONE 'UTC')::time)::text || 'Z'"  # Debezium's form: UTC, ISO-8601
+    elif t.name == "inet":
+        expr = f"abbrev({column})"  # the output function's text; ::text always adds the netmask
+    elif t.name == "point":
+        expr = f"json_build_object('x', {column}[0], 'y', {column}[1])::text"
+    elif t.name in FINITE_TYPES:
+        expr = f"CASE WHEN isfinite({column}) THEN {column} END"  # +-infinity: counted by unrepresentable_values
     elif t.name == "interval" and isinstance(target, T.LongType):
         expr = (
             f"trunc(((EXTRACT(YEAR FROM {column}) * 12 + EXTRACT(MONTH FROM {column})) * 30.4375"
@@ -363,7 +375,11 @@ def unrepresentable_values(
     password: str | None = None,
     connect_timeout: int = 10,
 ) -> dict[str, int]:
-    """Per numeric column, the snapshot's values that its lake type cannot hold (NaN, +-Infinity, too many digits).
+    """Per column, the snapshot's values that its lake type cannot hold: numeric NaN, +-Infinity and too many
+    digits, date and timestamp +-infinity.
+
+    An unconstrained ``numeric`` value with more fractional digits than the lake's scale counts too:
+    the snapshot would round it while its change event is quarantined.
 
     Debezium sends such a value as null in precise decimal mode and the snapshot types it as null, so
     both sides agree and the diff cannot see it: this count, taken in the same exported snapshot, is
@@ -376,8 +392,16 @@ def unrepresentable_values(
         if pg_type.name == "numeric" and not pg_type.is_array and isinstance(target, T.DecimalType):
             # NaN sorts above every number in PostgreSQL: one comparison catches NaN, Infinity and overflow
             limit = sql.SQL(f"1e{target.precision - target.scale}")
-            counted = sql.SQL("count(*) FILTER (WHERE abs({}) >= {})").format(sql.Identifier(column.name), limit)
-            checks.append((column.name, counted))
+            unfit = sql.SQL("abs({c}) >= {limit}").format(c=sql.Identifier(column.name), limit=limit)
+            if not pg_type.args:
+                # unconstrained numeric: more fractional digits than the lake's scale would be rounded
+                unfit = sql.SQL("{unfit} OR scale({c}) > {s}").format(
+                    unfit=unfit, c=sql.Identifier(column.name), s=sql.Literal(target.scale)
+                )
+            checks.append((column.name, sql.SQL("count(*) FILTER (WHERE {})").format(unfit)))
+        elif pg_type.name in FINITE_TYPES and not pg_type.is_array:
+            infinite = sql.SQL("count(*) FILTER (WHERE NOT isfinite({}))").format(sql.Identifier(column.name))
+            checks.append((column.name, infinite))
     if not checks:
         return {}
     schema, table = snapshot.table.split(".", 1)

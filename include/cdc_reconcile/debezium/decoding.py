@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ._json import INT_RE, is_object_text, json_map, let
-from .pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, TableSpec, spark_type
+from .pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, TableSpec, point_text, spark_type
 
 UNAVAILABLE_FIELD = "__unavailable"
 DECODE_ERRORS_FIELD = "__decode_errors"
@@ -172,6 +172,8 @@ def _decode_bound(raw: Column, t: PgType, options: DecodeOptions, event_scale: C
         )
         factor = 1000 if millis else 1
         return F.when(is_int, F.try_multiply(raw.try_cast(T.LongType()), F.lit(factor)))
+    if t.name == "point":
+        return point_text(raw)
     if isinstance(dt, T.StringType):
         return raw
     if isinstance(dt, (T.ShortType, T.IntegerType, T.LongType)):

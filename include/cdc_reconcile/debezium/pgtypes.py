@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 # the connector's default unavailable.value.placeholder (unchanged TOAST values)
@@ -147,6 +149,19 @@ def spark_type(pg_type: str | PgType, options: DecodeOptions = DEFAULT_OPTIONS) 
     return _SCALARS.get(t.name, T.StringType())
 
 
+POINT_FIELDS = "x double, y double"
+
+
+def point_text(text: Column) -> Column:
+    """A ``point`` as JSON ``{"x":..,"y":..}`` re-serialized by Spark from its two doubles.
+
+    Debezium sends a point as a struct (x, y, wkb, srid) and PostgreSQL prints ``(x,y)``: neither
+    text is the other's, so both sides keep the two doubles and Spark writes the text, one form for
+    one value.
+    """
+    return F.to_json(F.from_json(text, POINT_FIELDS))
+
+
 def table_schema(spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> T.StructType:
     """The typed row schema of a table spec, in spec order."""
     return T.StructType([T.StructField(name, spark_type(pg, options), True) for name, pg in spec.items()])
@@ -172,12 +187,9 @@ def stored_encoding(pg_type: str | PgType, options: DecodeOptions = DEFAULT_OPTI
             "(Debezium's interval.handling.mode=numeric; Delta has no interval type)"
         )
     if t.name == "timetz":
-        # The decoder keeps Debezium's text (ZonedTime, shifted to UTC); the snapshot projects ::text.
-        return (
-            "string time of day with UTC offset (Delta has no TIME type): Debezium's ISO-8601 text in UTC "
-            "(10:15:30Z) from change events, PostgreSQL's text (11:15:30+01) in rows written from the "
-            "source snapshot (repairs, an added column's default)"
-        )
+        return "string time of day in UTC, ISO-8601 as Debezium sends it (10:15:30.25Z; Delta has no TIME type)"
+    if t.name == "point":
+        return 'string JSON {"x": double, "y": double} (Delta has no geometric type)'
     if t.name == "money":
         digits = options.money_fraction_digits
         return f"decimal(19,{digits}) amount without currency symbol (money.fraction.digits={digits})"

@@ -409,3 +409,15 @@ def test_wide_decimal_table_plans_and_decodes(spark):
     row = decode_one(spark, spec, after).first()
     assert [str(row[f"n{i}"]) for i in range(24)] == [str(Decimal(f"{-(10**37) - i}E-{i}")) for i in range(24)]
     assert row[DECODE_ERRORS_FIELD] == []
+
+
+def test_a_point_reads_the_same_from_debezium_and_from_the_snapshot(spark):
+    """Debezium's struct (x, y, wkb, srid) and PostgreSQL's json_build_object text meet in one form."""
+    from cdc_reconcile.snapshot import transform
+
+    spec = {"id": "integer", "at": "point"}
+    wkb = base64.b64encode(b"\x01\x01\x00\x00\x00" + b"\x00" * 16).decode()
+    decoded = decode_one(spark, spec, {"id": 1, "at": {"x": 1.5, "y": 2.0, "wkb": wkb, "srid": None}})
+    snapshot_rows = spark.createDataFrame([(1, '{"x" : 1.5, "y" : 2}')], "id int, at string")
+    assert decoded.select("at").first()[0] == '{"x":1.5,"y":2.0}'
+    assert transform(snapshot_rows, spec).select("at").first()[0] == '{"x":1.5,"y":2.0}'

@@ -36,7 +36,7 @@ def test_spark_types():
 
 
 def test_stored_encoding_describes_the_values_delta_cannot_type():
-    """time and interval land as int64 microseconds, timetz as text, money as a plain decimal."""
+    """time and interval land as int64 microseconds, timetz and point as text, money as a plain decimal."""
     time = "int64 microseconds since midnight (Delta has no TIME type)"
     assert stored_encoding("time") == time
     assert stored_encoding("time(3) without time zone") == time  # the decoder scales milliseconds up
@@ -44,7 +44,8 @@ def test_stored_encoding_describes_the_values_delta_cannot_type():
     assert stored_encoding("interval").startswith("int64 microseconds, a month counted as 30.4375 days")
     timetz = stored_encoding("time with time zone")
     assert timetz == stored_encoding("timetz(6)")
-    assert timetz.startswith("string time of day with UTC offset") and "10:15:30Z" in timetz
+    assert timetz.startswith("string time of day in UTC") and "10:15:30.25Z" in timetz
+    assert stored_encoding("point") == 'string JSON {"x": double, "y": double} (Delta has no geometric type)'
     assert stored_encoding("money") == "decimal(19,2) amount without currency symbol (money.fraction.digits=2)"
     assert stored_encoding("money", DecodeOptions(money_fraction_digits=4)).startswith("decimal(19,4) amount")
     assert stored_encoding("time[]") == f"array of {time}"
