@@ -142,6 +142,7 @@ def test_missing_values_are_typed_as_the_lake_stores_them(spark):
         {"name": "at", "type": "timestamp with time zone", "missing_value": "2024-01-01 10:00:00+00:00"},
         {"name": "flag", "type": "boolean", "missing_value": "true"},
         {"name": "blob", "type": "bytea", "missing_value": "AAEC"},
+        {"name": "spot", "type": "point", "missing_value": '{"x" : 1.5, "y" : 2}'},
         {"name": "plain", "type": "text"},
     ]
     lineage = ColumnLineage.of(columns)
@@ -152,6 +153,7 @@ def test_missing_values_are_typed_as_the_lake_stores_them(spark):
         at=dt.datetime(2024, 1, 1, 10, 0),
         flag=True,
         blob=bytearray(b"\x00\x01\x02"),
+        spot='{"x":1.5,"y":2.0}',
         plain=None,
     )
 
