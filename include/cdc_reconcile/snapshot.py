@@ -217,7 +217,7 @@ def transform(df: DataFrame, spec: Mapping[str, str], options: DecodeOptions = D
     for name, pg_type in spec.items():
         target = spark_type(pg_type, options)
         column = F.col("`" + name.replace("`", "``") + "`")
-        if PgType.parse(pg_type).name == "point" and not PgType.parse(pg_type).is_array:
+        if PgType.parse(pg_type) == PgType("point"):
             typed = point_text(column)
         elif source[name] == target:
             typed = column
