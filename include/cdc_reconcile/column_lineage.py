@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import names
-from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, point_text, spark_type, stored_encoding
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, canonical_text, spark_type, stored_encoding
 
 ATTNUM_KEY = "cdc_reconcile.attnum"
 PG_TYPE_KEY = "cdc_reconcile.pg_type"
@@ -87,8 +87,9 @@ class ColumnLineage:
             return F.lit(None).cast(target)
         if PgType.parse(self.spec[name]).name == "bytea" and isinstance(target, T.BinaryType):
             return F.unbase64(F.lit(text))
-        if PgType.parse(self.spec[name]) == PgType.parse("point"):
-            return point_text(F.lit(text))
+        canonical = canonical_text(self.spec[name])
+        if canonical is not None:
+            return canonical(F.lit(text))
         return F.lit(text).try_cast(target)
 
     def image_fills(self, options: DecodeOptions = DEFAULT_OPTIONS) -> dict[str, tuple[str | None, Column]]:

@@ -34,7 +34,7 @@ from pyspark.sql import types as T
 
 from . import storage
 from .config import TableConfig
-from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, point_text, spark_type
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, canonical_text, spark_type
 from .source_snapshot import (
     INTEGER_KEY_TYPES,
     SourceSnapshot,
@@ -217,8 +217,9 @@ def transform(df: DataFrame, spec: Mapping[str, str], options: DecodeOptions = D
     for name, pg_type in spec.items():
         target = spark_type(pg_type, options)
         column = F.col("`" + name.replace("`", "``") + "`")
-        if PgType.parse(pg_type) == PgType("point"):
-            typed = point_text(column)
+        canonical = canonical_text(pg_type)
+        if canonical is not None:
+            typed = canonical(column)
         elif source[name] == target:
             typed = column
         elif isinstance(source[name], T.StringType):

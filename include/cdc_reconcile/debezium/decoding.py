@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ._json import INT_RE, is_object_text, json_map, let
-from .pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, TableSpec, point_text, spark_type
+from .pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, TableSpec, canonical_text, spark_type
 
 UNAVAILABLE_FIELD = "__unavailable"
 DECODE_ERRORS_FIELD = "__decode_errors"
@@ -149,6 +149,26 @@ def _decode_binary(raw: Column, options: DecodeOptions) -> Column:
     return F.try_to_binary(raw, F.lit("base64"))
 
 
+def _decode_bits(raw: Column, t: PgType) -> Column:
+    """A bit string as PostgreSQL prints it (``0101``) from Debezium's form of it.
+
+    ``bit(1)`` comes as a boolean. Longer ones come as ``io.debezium.data.Bits``: the string's value
+    as a little-endian byte array with its high zero bytes dropped, base64 in JSON. A ``bit(n)`` gets
+    its leading zeros back from ``n``; a ``bit varying`` cannot (``0011`` and ``11`` are one event),
+    so it keeps none, and the snapshot counts a value with leading zeros as unrepresentable.
+    """
+    width = (t.args[0] if t.args else 1) if t.name == "bit" else None
+    if width == 1:
+        return F.when(raw == "true", F.lit("1")).when(raw == "false", F.lit("0"))
+    raw_bytes = F.try_to_binary(raw, F.lit("base64"))
+    pairs = F.reverse(F.regexp_extract_all(F.hex(raw_bytes), F.lit("(..)"), 1))
+    bits = F.array_join(F.transform(pairs, lambda h: F.lpad(F.conv(h, 16, 2), 8, "0")), "")
+    significant = F.regexp_replace(bits, "^0+", "")
+    if width is None:
+        return F.when(raw_bytes.isNotNull(), significant)
+    return F.when(raw_bytes.isNotNull() & (F.length(significant) <= width), F.lpad(significant, width, "0"))
+
+
 def _decode_scalar(raw: Column, t: PgType, options: DecodeOptions, event_scale: Column | None = None) -> Column:
     """One Debezium-encoded value (as text) to its Spark type; null when absent or undecodable."""
     return let(raw, lambda r: _decode_bound(r, t, options, event_scale))
@@ -172,8 +192,11 @@ def _decode_bound(raw: Column, t: PgType, options: DecodeOptions, event_scale: C
         )
         factor = 1000 if millis else 1
         return F.when(is_int, F.try_multiply(raw.try_cast(T.LongType()), F.lit(factor)))
-    if t.name == "point":
-        return point_text(raw)
+    canonical = canonical_text(t)
+    if canonical is not None:
+        return canonical(raw)
+    if t.name in ("bit", "bit varying"):
+        return _decode_bits(raw, t)
     if isinstance(dt, T.StringType):
         return raw
     if isinstance(dt, (T.ShortType, T.IntegerType, T.LongType)):

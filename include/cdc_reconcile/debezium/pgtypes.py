@@ -7,7 +7,7 @@ type map and :class:`DecodeOptions` live here, apart from the decoding expressio
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pyspark.sql import Column
@@ -64,6 +64,7 @@ _ALIASES = {
     "float": "double precision",
     "decimal": "numeric",
     "bool": "boolean",
+    "varbit": "bit varying",
     "jsonb": "json",
     "timestamp without time zone": "timestamp",
     "timestamp with time zone": "timestamptz",
@@ -74,6 +75,9 @@ _TYPE_RE = re.compile(
     r"^(?P<name>[a-z_][a-z0-9_ ]*?)\s*(?:\((?P<args>[^)]*)\))?\s*(?P<zone>with(?:out)? time zone)?"
     r"\s*(?P<array>(?:\[\d*\])+)?$"
 )
+
+_QUALIFIER_RE = re.compile(r'^(?:"(?:[^"]|"")*"|[A-Za-z_][A-Za-z0-9_$]*)\.(?=["A-Za-z_])')
+_QUOTED_RE = re.compile(r'^"(?P<name>(?:[^"]|"")*)"(?P<array>(?:\[\d*\])+)?$')
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,12 @@ class PgType:
 
     @classmethod
     def parse(cls, text: str) -> PgType:
-        cleaned = " ".join(text.strip().lower().split())
+        """A type as ``format_type`` prints it; a type outside the search path comes schema-qualified."""
+        cleaned = _QUALIFIER_RE.sub("", " ".join(text.strip().split()), count=1)
+        quoted = _QUOTED_RE.match(cleaned)
+        if quoted:  # a user-defined type whose name needs quotes: its values are text
+            return cls(quoted.group("name").replace('""', '"'), (), bool(quoted.group("array")))
+        cleaned = cleaned.lower()
         m = _TYPE_RE.match(cleaned)
         if not m:
             raise ValueError(f"cannot parse PostgreSQL type {text!r}")
@@ -162,6 +171,30 @@ def point_text(text: Column) -> Column:
     return F.to_json(F.from_json(text, POINT_FIELDS))
 
 
+def hstore_text(text: Column) -> Column:
+    """An ``hstore`` as JSON ``{"key":"value",..}`` with its keys sorted, re-serialized by Spark.
+
+    Debezium sends an hstore as a JSON object (hstore.handling.mode=json) in its map's order, and the
+    snapshot reads ``hstore_to_json``: the same pairs, not the same text. Both sides keep the pairs
+    and Spark writes them in key order.
+    """
+    pairs = F.from_json(text, T.MapType(T.StringType(), T.StringType()))
+    return F.to_json(F.map_from_entries(F.array_sort(F.map_entries(pairs))))
+
+
+_CANONICAL_TEXT = {"point": point_text, "hstore": hstore_text}
+
+
+def canonical_text(pg_type: str | PgType) -> Callable[[Column], Column] | None:
+    """The one text form both sides give a value whose source and event texts differ; None: the text as is.
+
+    The decoder applies it to an event's value, the snapshot to its projected value, and a column's
+    missing value (``column_lineage``) to PostgreSQL's default: one form for one value everywhere.
+    """
+    t = PgType.parse(pg_type) if isinstance(pg_type, str) else pg_type
+    return None if t.is_array else _CANONICAL_TEXT.get(t.name)
+
+
 def table_schema(spec: TableSpec, options: DecodeOptions = DEFAULT_OPTIONS) -> T.StructType:
     """The typed row schema of a table spec, in spec order."""
     return T.StructType([T.StructField(name, spark_type(pg, options), True) for name, pg in spec.items()])
@@ -190,6 +223,8 @@ def stored_encoding(pg_type: str | PgType, options: DecodeOptions = DEFAULT_OPTI
         return "string time of day in UTC, ISO-8601 as Debezium sends it (10:15:30.25Z; Delta has no TIME type)"
     if t.name == "point":
         return 'string JSON {"x": double, "y": double} (Delta has no geometric type)'
+    if t.name == "hstore":
+        return 'string JSON {"key": "value", ...} with its keys sorted (Delta has no hstore type)'
     if t.name == "money":
         digits = options.money_fraction_digits
         return f"decimal(19,{digits}) amount without currency symbol (money.fraction.digits={digits})"

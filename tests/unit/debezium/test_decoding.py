@@ -421,3 +421,45 @@ def test_a_point_reads_the_same_from_debezium_and_from_the_snapshot(spark):
     snapshot_rows = spark.createDataFrame([(1, '{"x" : 1.5, "y" : 2}')], "id int, at string")
     assert decoded.select("at").first()[0] == '{"x":1.5,"y":2.0}'
     assert transform(snapshot_rows, spec).select("at").first()[0] == '{"x":1.5,"y":2.0}'
+
+
+def bits_b64(text: str) -> str:
+    """Debezium's Bits: the string's value as a little-endian byte array without high zero bytes."""
+    value = int(text, 2)
+    return base64.b64encode(value.to_bytes((value.bit_length() + 7) // 8, "little")).decode()
+
+
+def test_bit_strings_read_as_postgresql_prints_them(spark):
+    """bit(1) comes as a boolean, longer ones as Bits bytes; bit(n) gets its leading zeros back from n."""
+    spec = {"flag": "bit(1)", "nibble": "bit(4)", "wide": "bit(12)", "zero": "bit(3)", "free": "bit varying(16)"}
+    assert bits_b64("000100000011") == base64.b64encode(bytes([0x03, 0x01])).decode()
+    after = {
+        "flag": True,
+        "nibble": bits_b64("0001"),
+        "wide": bits_b64("000100000011"),
+        "zero": bits_b64("000"),
+        "free": bits_b64("1011"),
+    }
+    row = decode_one(spark, spec, after).first().asDict()
+    assert {name: row[name] for name in spec} == {
+        "flag": "1",
+        "nibble": "0001",
+        "wide": "000100000011",
+        "zero": "000",
+        "free": "1011",
+    }
+    assert row[DECODE_ERRORS_FIELD] == []
+    too_wide = decode_one(spark, {"nibble": "bit(4)"}, {"nibble": bits_b64("10000")}).first()
+    assert too_wide.nibble is None
+    assert too_wide[DECODE_ERRORS_FIELD] == ["nibble"]  # more bits than the column holds: quarantined
+
+
+def test_an_hstore_reads_the_same_from_debezium_and_from_the_snapshot(spark):
+    """Debezium's JSON object in its map's order and PostgreSQL's hstore_to_json meet in one form."""
+    from cdc_reconcile.snapshot import transform
+
+    spec = {"id": "integer", "tags": "extensions.hstore"}
+    decoded = decode_one(spark, spec, {"id": 1, "tags": json.dumps({"b": "2", "a": None})})
+    snapshot_rows = spark.createDataFrame([(1, '{"a": null, "b": "2"}')], "id int, tags string")
+    assert decoded.select("tags").first()[0] == '{"a":null,"b":"2"}'
+    assert transform(snapshot_rows, spec).select("tags").first()[0] == '{"a":null,"b":"2"}'

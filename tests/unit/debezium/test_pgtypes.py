@@ -16,8 +16,18 @@ def test_pg_type_parsing():
     assert PgType.parse("integer[]") == PgType("integer", (), True)
     assert PgType.parse("_int4") == PgType("integer", (), True)
     assert PgType.parse("double precision") == PgType("double precision")
+    assert PgType.parse("varbit(8)") == PgType("bit varying", (8,))
     with pytest.raises(ValueError):
         PgType.parse("numeric(12,2")
+
+
+def test_a_type_outside_the_search_path_parses_without_its_schema():
+    """``format_type`` qualifies a type whose schema is not on the search path (an extension's, an enum's)."""
+    assert PgType.parse("extensions.hstore") == PgType("hstore")
+    assert PgType.parse("sales.mood[]") == PgType("mood", (), True)
+    assert PgType.parse('"Sales"."Mood"') == PgType("Mood")
+    assert PgType.parse('"Odd ""Name"""[]') == PgType('Odd "Name"', (), True)
+    assert spark_type('sales."Mood"') == T.StringType()
 
 
 def test_spark_types():
