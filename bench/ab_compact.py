@@ -22,6 +22,7 @@ from bench.bench import BENCH_TABLE, KEY
 from cdc_dev.stack import StackConfig
 from cdc_dev.stack.topics import high_watermarks
 from cdc_reconcile.config import TableConfig
+from cdc_reconcile.kafka_client import KafkaClient
 from cdc_reconcile.run import RunSettings, TableRun
 from cdc_reconcile.spark import build_session, spark_jars
 
@@ -50,7 +51,7 @@ def main() -> None:
         for attempt in range(args.repeats):
             for name, min_partitions in variants.items():
                 settings = RunSettings(
-                    lake_root=str(work / f"lake-{attempt}-{min_partitions}"), bootstrap_servers=args.bootstrap
+                    lake_root=str(work / f"lake-{attempt}-{min_partitions}"), kafka=KafkaClient(args.bootstrap)
                 )
                 run = TableRun(TableConfig(BENCH_TABLE, tuple(KEY)), args.run_id, settings, spark=spark)
                 lake = run.lake

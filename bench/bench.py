@@ -43,6 +43,7 @@ from cdc_dev.stack import Stack, StackConfig
 from cdc_reconcile import kafka_offsets, state_store, storage
 from cdc_reconcile.config import PipelineConfig, TableConfig
 from cdc_reconcile.errors import ReconcileError
+from cdc_reconcile.kafka_client import KafkaClient
 from cdc_reconcile.lake import TableLake
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
 
@@ -369,7 +370,7 @@ class Bench:
         settings = RunSettings(
             lake_root=str(self.lake),
             state_dsn=cfg.state_dsn,
-            bootstrap_servers=cfg.bootstrap_servers,
+            kafka=KafkaClient(cfg.bootstrap_servers),
             source=SourceDatabase(dsn=cfg.pg_dsn, jdbc_url=cfg.pg_jdbc_url, user=cfg.pg_user, password=cfg.pg_password),
             pipeline=PipelineConfig(tables=(self.table,), topic_prefix="cdc", watermark_table=WATERMARK_TABLE),
         )

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from cdc_reconcile import run as run_module
 from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig
+from cdc_reconcile.kafka_client import KafkaClient
 from cdc_reconcile.run import RunSettings, TableRun
 from cdc_reconcile.spark import build_session
 
@@ -89,7 +90,8 @@ def main() -> None:
         run = TableRun(
             TableConfig("public.bench_rows", ("id",)),
             "r0",
-            RunSettings(lake_root=str(lake_root), bootstrap_servers=""),
+            # the Kafka read is replaced by the recorded records above: this broker is never reached
+            RunSettings(lake_root=str(lake_root), kafka=KafkaClient("unused:9092")),
             spark=spark,
         )
         shutil.copytree(args.snapshot, run.lake.snapshot.removeprefix("file://"))

@@ -18,8 +18,12 @@ Every hour, and on demand from the trigger form, for each configured table:
    critical alert when the suite still fails;
 9. **publish_lake_table**: an Asset event for the validated lake table (alias `cdc_lake_tables`).
 
-Connections: `cdc_state`, `cdc_source` (postgres), `cdc_kafka` (host = bootstrap servers),
-`spark_default`, optional `cdc_alerts` (slackwebhook, http webhook or smtp). Variables: `cdc_lake_root`,
+Connections: `cdc_state`, `cdc_source` (postgres), `cdc_kafka` (kafka: the extra is the client config,
+`bootstrap.servers` plus librdkafka properties such as `security.protocol`, `sasl.mechanism`,
+`sasl.username`, `sasl.password`, `ssl.ca.location`; a generic connection whose host is the bootstrap
+servers still works), `spark_default`, optional `cdc_alerts` (slackwebhook, http webhook or smtp).
+Sealing reads Kafka through confluent-kafka and **compact_cdc** through Spark's Kafka source, with the
+same settings (the job gets them in `CDC_KAFKA_CONFIG`, never on its command line). Variables: `cdc_lake_root`,
 optional `cdc_gx_root`. Every task has an execution timeout, and a run not finished in time sends a
 critical alert (both in `cdc_reconcile.orchestration.limits`). The logic lives in
 `cdc_reconcile.orchestration`; this file only wires tasks.
@@ -47,17 +51,19 @@ SPARK_ENV = {
     "CDC_PG_USER": "{{ conn.cdc_source.login }}",
     "CDC_PG_PASSWORD": "{{ conn.cdc_source.password or '' }}",
 }
+# Only the job that reads Kafka gets the Kafka connection's client config (its secrets included).
+KAFKA_ENV = {"CDC_KAFKA_CONFIG": "{{ kafka_config(conn.cdc_kafka) }}"}
 GX_ROOT = "{{ var.value.get('cdc_gx_root', var.value.cdc_lake_root ~ '/../great_expectations') }}"
 
 
-def spark_job(task_id: str, job: str, arguments: list) -> SparkSubmitOperator:
+def spark_job(task_id: str, job: str, arguments: list, env: dict | None = None) -> SparkSubmitOperator:
     return SparkSubmitOperator(
         task_id=task_id,
         application=steps.job(job),
         application_args=arguments,
         conn_id=steps.SPARK_CONN,
         jars="{{ spark_jars() }}",
-        env_vars=SPARK_ENV,
+        env_vars={**SPARK_ENV, **(env or {})},
         name=f"cdc_{task_id}",
         conf={"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"},
         driver_memory="2g",
@@ -156,6 +162,7 @@ def cdc_reconciliation():
                 "--full-rescan",
                 "{{ params.full_rescan }}",
             ],
+            env=KAFKA_ENV,
         )
         validate = spark_job("validate", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "before_repair"])
         reconcile = spark_job("reconcile", "reconcile", [*table_args, "--dry-run", "{{ params.dry_run }}"])

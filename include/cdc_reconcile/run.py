@@ -31,6 +31,7 @@ from . import kafka_offsets, run_state, sealing, state_store, storage
 from .config import PipelineConfig, TableConfig, load_config
 from .debezium.pgtypes import DecodeOptions
 from .errors import InputError
+from .kafka_client import KafkaClient
 from .lake import (
     PipelineError,
     SnapshotInfo,
@@ -78,7 +79,7 @@ class RunSettings:
 
     lake_root: str
     state_dsn: str | None = None
-    bootstrap_servers: str | None = None
+    kafka: KafkaClient | None = None
     source: SourceDatabase | None = None
     gx_root: str | None = None
     data_docs_assets: Path | None = field(default_factory=configured_assets_dir)
@@ -135,8 +136,11 @@ class TableRun:
             yield conn
 
     @property
-    def bootstrap(self) -> str:
-        return self.settings.require(self.settings.bootstrap_servers, "the Kafka servers (--bootstrap-servers)")
+    def kafka(self) -> KafkaClient:
+        """The Kafka connection (bootstrap servers and client properties) sealing and compaction both use."""
+        return self.settings.require(
+            self.settings.kafka, "the Kafka connection (--bootstrap-servers, client properties in $CDC_KAFKA_CONFIG)"
+        )
 
     def open(self, *, full_rescan: bool = False) -> dict[int, int]:
         """``checkpoint_offsets``: open (or, for a cleared task, reuse) the run's offset range.
@@ -146,8 +150,8 @@ class TableRun:
         full rescan opens it at the topic's earliest offsets.
         """
         self._refuse_if_expired()
-        partitions = kafka_offsets.list_partitions(self.bootstrap, self.table.topic)
-        earliest = kafka_offsets.earliest_offsets(self.bootstrap, self.table.topic, partitions) if full_rescan else None
+        partitions = kafka_offsets.list_partitions(self.kafka, self.table.topic)
+        earliest = kafka_offsets.earliest_offsets(self.kafka, self.table.topic, partitions) if full_rescan else None
         with self.state() as conn:
             return state_store.open_range(
                 conn, self.run_id, self.table.name, self.table.topic, partitions, start_offsets=earliest
@@ -168,7 +172,7 @@ class TableRun:
             with self._source_connection() as source:
                 return sealing.seal_offsets(
                     conn,
-                    bootstrap=self.bootstrap,
+                    kafka=self.kafka,
                     run_id=self.run_id,
                     table=self.table.name,
                     watermark_table=pipeline.watermark_table,
@@ -276,7 +280,7 @@ class TableRun:
         spec = snapshot.spec
         previous = None if full_rescan else previous_table(spark, lake, self.run_id, versions)[0]
         lineage = self._lineage(snapshot, previous)
-        records = read_kafka_range(spark, self.bootstrap, starting, ending, min_partitions=kafka_min_partitions)
+        records = read_kafka_range(spark, self.kafka, starting, ending, min_partitions=kafka_min_partitions)
         tagged = tag_envelopes(records).persist()
         parsed, bad_records = split_envelopes(tagged)
         self._write(parsed, lake.events, "events")

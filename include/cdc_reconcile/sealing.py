@@ -30,7 +30,16 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from psycopg import sql
 
 from .errors import InputError, UnreachableError
-from .kafka_offsets import kafka_error, list_offsets, new_admin, new_consumer, topic_partitions
+from .kafka_client import as_client
+from .kafka_offsets import (
+    KafkaTarget,
+    kafka_error,
+    list_offsets,
+    new_admin,
+    new_consumer,
+    reported_errors,
+    topic_partitions,
+)
 from .range_continuity import later_run_opened
 from .state_store import OffsetRange, RangeNotOpen, get_range, get_snapshot, runs_opened_after, seal_range
 
@@ -86,7 +95,7 @@ def write_watermark(conn: psycopg.Connection, run_id: str, watermark_table: str)
     return watermark_id, txid
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], *, timeout: float = 60.0) -> dict[int, int]:
+def end_offsets(kafka: KafkaTarget, topic: str, partitions: Iterable[int], *, timeout: float = 60.0) -> dict[int, int]:
     """End offsets of a sealed range: a last stable offset that covers everything already written.
 
     Call it after the watermark was seen. The LSO alone is not enough: a Kafka transaction becomes
@@ -100,19 +109,20 @@ def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], *, timeou
     """
     wanted = sorted({int(p) for p in partitions})
     deadline = time.monotonic() + timeout
-    admin = new_admin(bootstrap, "end-offsets")
-    high = list_offsets(admin, bootstrap, topic, wanted, IsolationLevel.READ_UNCOMMITTED, timeout)
+    admin = new_admin(kafka, "end-offsets")
+    high = list_offsets(admin, kafka, topic, wanted, IsolationLevel.READ_UNCOMMITTED, timeout)
     while True:
         remaining = deadline - time.monotonic()
-        stable = list_offsets(admin, bootstrap, topic, wanted, IsolationLevel.READ_COMMITTED, max(remaining, 1.0))
+        stable = list_offsets(admin, kafka, topic, wanted, IsolationLevel.READ_COMMITTED, max(remaining, 1.0))
         behind = {p: (stable[p], high[p]) for p in wanted if stable[p] < high[p]}
         if not behind:
             return stable
         if time.monotonic() >= deadline:
             raise SealTimeout(
-                f"end offsets of {topic!r} on {bootstrap}: the last stable offset did not reach the high watermark "
-                f"within {timeout:.0f}s (partition: (LSO, high watermark) {behind}): a transaction on the topic "
-                f"stays open. {_WHAT_TO_CHECK}; Kafka aborts a hung transaction after transaction.timeout.ms"
+                f"end offsets of {topic!r} on {as_client(kafka).bootstrap}: the last stable offset did not reach the "
+                f"high watermark within {timeout:.0f}s (partition: (LSO, high watermark) {behind}): a transaction "
+                f"on the topic stays open. {_WHAT_TO_CHECK}; Kafka aborts a hung transaction after "
+                "transaction.timeout.ms"
             )
         time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
 
@@ -141,7 +151,7 @@ def _watermark_id_of(raw: bytes | None) -> int | None:
 
 
 def wait_for_watermark(
-    bootstrap: str,
+    kafka: KafkaTarget,
     watermark_topic: str,
     watermark_id: int,
     *,
@@ -157,11 +167,12 @@ def wait_for_watermark(
     """
     deadline = time.monotonic() + timeout
     deadline_at = datetime.now(UTC) + timedelta(seconds=timeout)
-    consumer = new_consumer(bootstrap, "watermark")
+    bootstrap = as_client(kafka).bootstrap
+    consumer = new_consumer(kafka, "watermark")
     seen_max: int | None = None
     last_error: str | None = None
     try:
-        partitions = topic_partitions(consumer, bootstrap, watermark_topic, min(timeout, 15.0))
+        partitions = topic_partitions(consumer, kafka, watermark_topic, min(timeout, 15.0))
         while partitions is None:
             if time.monotonic() >= deadline:
                 raise SealTimeout(
@@ -170,8 +181,8 @@ def wait_for_watermark(
                     f"Debezium has not emitted any watermark event yet. {_WHAT_TO_CHECK}"
                 )
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
-            partitions = topic_partitions(consumer, bootstrap, watermark_topic, min(timeout, 15.0))
-        starts = _watermark_starts(consumer, bootstrap, watermark_topic, partitions, since_ms, deadline)
+            partitions = topic_partitions(consumer, kafka, watermark_topic, min(timeout, 15.0))
+        starts = _watermark_starts(consumer, kafka, watermark_topic, partitions, since_ms, deadline)
         consumer.assign([KafkaTopicPartition(watermark_topic, p, starts[p]) for p in partitions])
         while True:
             remaining = deadline - time.monotonic()
@@ -189,7 +200,9 @@ def wait_for_watermark(
             if message.error():
                 last_error = str(message.error())
                 if message.error().fatal():
-                    raise kafka_error(KafkaException(message.error()), bootstrap, watermark_topic, "reading")
+                    raise kafka_error(
+                        KafkaException(message.error()), kafka, watermark_topic, "reading", reported_errors(consumer)
+                    )
                 continue
             found = _watermark_id_of(message.value())
             if found is None:
@@ -209,7 +222,7 @@ def wait_for_watermark(
 
 
 def _watermark_starts(
-    consumer: Consumer, bootstrap: str, topic: str, partitions: list[int], since_ms: int | None, deadline: float
+    consumer: Consumer, kafka: KafkaTarget, topic: str, partitions: list[int], since_ms: int | None, deadline: float
 ) -> dict[int, int]:
     if since_ms is None:
         return dict.fromkeys(partitions, OFFSET_BEGINNING)
@@ -217,7 +230,7 @@ def _watermark_starts(
     try:
         found = consumer.offsets_for_times(query, timeout=max(min(deadline - time.monotonic(), 15.0), 0.5))
     except KafkaException as exc:
-        raise kafka_error(exc, bootstrap, topic, "looking up watermark offsets by time") from exc
+        raise kafka_error(exc, kafka, topic, "looking up watermark offsets by time", reported_errors(consumer)) from exc
     # -1: no committed record at or after since_ms yet; the watermark will come after the current end.
     return {tp.partition: tp.offset if tp.offset >= 0 else OFFSET_END for tp in found}
 
@@ -242,7 +255,7 @@ def seal_predates(offset_range: OffsetRange, snapshot: Mapping[str, Any] | None)
 def seal_offsets(
     conn: psycopg.Connection,
     *,
-    bootstrap: str,
+    kafka: KafkaTarget,
     run_id: str,
     table: str,
     watermark_table: str,
@@ -291,8 +304,8 @@ def seal_offsets(
             f"snapshot (xmin {snapshot['xmin']}, xmax {snapshot['xmax']}): the snapshot was taken after the "
             "watermark. Seal after snapshot_source, or re-run snapshot_source and then seal with force=True"
         )
-    wait_for_watermark(bootstrap, watermark_topic, watermark_id, timeout=timeout, since_ms=since_ms)
-    ends = end_offsets(bootstrap, current.topic, current.partitions, timeout=max(deadline - time.monotonic(), 5.0))
+    wait_for_watermark(kafka, watermark_topic, watermark_id, timeout=timeout, since_ms=since_ms)
+    ends = end_offsets(kafka, current.topic, current.partitions, timeout=max(deadline - time.monotonic(), 5.0))
     return seal_range(conn, run_id, table, ends, watermark_id, watermark_txid=txid, force=force)
 
 

@@ -7,14 +7,24 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from .kafka_client import KafkaClient, as_client
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
 def read_kafka_range(
-    spark: SparkSession, bootstrap: str, starting: str, ending: str, *, min_partitions: int | None = None
+    spark: SparkSession,
+    kafka: KafkaClient | str,
+    starting: str,
+    ending: str,
+    *,
+    min_partitions: int | None = None,
 ) -> DataFrame:
     """Exactly the sealed offset range, ``read_committed``: aborted records never enter the lake.
+
+    ``kafka``'s client properties reach the Java client translated (``KafkaClient.spark_options``:
+    SASL, TLS); the product's own options are set after them, so ``read_committed`` always holds.
 
     ``min_partitions`` (default: all cores) splits each topic partition's range into several read
     tasks: a CDC topic often has one partition, and its envelope parse would otherwise run as one
@@ -23,7 +33,7 @@ def read_kafka_range(
     assign = json.dumps({topic: sorted(int(p) for p in parts) for topic, parts in json.loads(starting).items()})
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**as_client(kafka).spark_options())
         .option("assign", assign)
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)

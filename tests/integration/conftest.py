@@ -20,6 +20,7 @@ from cdc_dev.stack.connect import connector_config
 from cdc_reconcile import kafka_offsets, state_store
 from cdc_reconcile.config import PipelineConfig, TableConfig, load_config
 from cdc_reconcile.errors import ReconcileError
+from cdc_reconcile.kafka_client import KafkaClient
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
 from tests.support.lake import is_delta
 from tests.support.polling import eventually
@@ -30,6 +31,10 @@ TEST_ENV = {
     "CDC_PG_PORT": os.environ.get("CDC_TEST_PG_PORT", "25442"),
     "CDC_KAFKA_PORT": os.environ.get("CDC_TEST_KAFKA_PORT", "29102"),
     "CDC_KAFKA_CONTROLLER_PORT": os.environ.get("CDC_TEST_KAFKA_CONTROLLER_PORT", "29103"),
+    "CDC_KAFKA_SASL_PORT": os.environ.get("CDC_TEST_KAFKA_SASL_PORT", "29104"),
+    # the SASL listener's password: a quote, a backslash, spaces and a non-ASCII letter, so the broker's
+    # JAAS file and the Spark side's sasl.jaas.config must quote it right for both clients to log in
+    "CDC_KAFKA_SASL_PASSWORD": os.environ.get("CDC_TEST_KAFKA_SASL_PASSWORD", 'te"st \\ sé cret'),
     "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_CONNECT_PORT", "28093"),
     "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "28190"),
     # HDFS for the tests that put the lake on hdfs:// (the developer's ports + 20; the cluster module's are + 10)
@@ -131,13 +136,23 @@ def artifacts() -> Path:
 
 
 def table_run(
-    spark, config: StackConfig, table: TableConfig, lake: Path, run_id: str, *, pipeline: PipelineConfig | None = None
+    spark,
+    config: StackConfig,
+    table: TableConfig,
+    lake: Path,
+    run_id: str,
+    *,
+    pipeline: PipelineConfig | None = None,
+    kafka: KafkaClient | None = None,
 ) -> TableRun:
-    """The run object against the test stack's services, as the DAG's tasks and jobs build it."""
+    """The run object against the test stack's services, as the DAG's tasks and jobs build it.
+
+    ``kafka``: the Kafka connection (default: the stack's plaintext listener).
+    """
     settings = RunSettings(
         lake_root=str(lake),
         state_dsn=config.state_dsn,
-        bootstrap_servers=config.bootstrap_servers,
+        kafka=kafka or KafkaClient(config.bootstrap_servers),
         source=SourceDatabase(
             dsn=config.pg_dsn, jdbc_url=config.pg_jdbc_url, user=config.pg_user, password=config.pg_password
         ),
@@ -161,13 +176,14 @@ def run_once(
     *,
     watermark_topic: str | None = None,
     pipeline: PipelineConfig | None = None,
+    kafka: KafkaClient | None = None,
 ):
     """open -> snapshot -> seal -> compact -> check, the steps of the DAG's run, through the run object.
 
     The first run into an empty lake is a full rescan (the DAG's ``full_rescan``): other test modules
-    may have sealed ranges of the same table for their own lakes.
+    may have sealed ranges of the same table for their own lakes. ``kafka``: see :func:`table_run`.
     """
-    run = table_run(spark, config, table, lake, run_id, pipeline=pipeline)
+    run = table_run(spark, config, table, lake, run_id, pipeline=pipeline, kafka=kafka)
     full_rescan = not is_delta(run.lake.table)
     eventually(lambda: _topic_exists(config.bootstrap_servers, table.topic), timeout=60, what=f"topic {table.topic}")
     run.open(full_rescan=full_rescan)

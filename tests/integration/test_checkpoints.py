@@ -391,7 +391,7 @@ def test_seal_offsets_covers_the_snapshot_while_writers_continue(config, state, 
     previous = unique("run")
     state_store.open_range(state, previous, table, topic, partitions)
     seal = dict(
-        bootstrap=bootstrap,
+        kafka=bootstrap,
         table=table,
         watermark_table=WATERMARK_TABLE,
         watermark_topic=watermark_topic,
@@ -444,7 +444,7 @@ def test_watermark_visible_in_the_snapshot_is_refused(config, state, pg):
     with pytest.raises(sealing.WatermarkBeforeSnapshot, match="visible in the recorded snapshot"):
         sealing.seal_offsets(
             state,
-            bootstrap=config.bootstrap_servers,
+            kafka=config.bootstrap_servers,
             run_id=run,
             table=table,
             watermark_table=WATERMARK_TABLE,

@@ -25,7 +25,8 @@ def test_connections_variable_and_per_checkout_settings(tmp_path: Path) -> None:
             5555,
             database,
         )
-    assert json.loads(env["AIRFLOW_CONN_CDC_KAFKA"])["host"] == "127.0.0.1:6666"
+    kafka = json.loads(env["AIRFLOW_CONN_CDC_KAFKA"])
+    assert (kafka["conn_type"], kafka["extra"]) == ("kafka", {"bootstrap.servers": "127.0.0.1:6666"})
     assert env["AIRFLOW_VAR_CDC_LAKE_ROOT"] == str(tmp_path / "lake")
 
     assert env["AIRFLOW_CONFIG"] == str(AIRFLOW_CFG)

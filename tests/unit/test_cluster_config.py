@@ -139,11 +139,18 @@ def test_session_conf_points_at_the_master_with_this_python(config: StackConfig)
 
 
 def test_default_ports_differ_from_each_other_and_from_the_other_services(monkeypatch: pytest.MonkeyPatch) -> None:
-    others = ("CDC_PG_PORT", "CDC_KAFKA_PORT", "CDC_KAFKA_CONTROLLER_PORT", "CDC_CONNECT_PORT", "CDC_AIRFLOW_PORT")
+    others = (
+        "CDC_PG_PORT",
+        "CDC_KAFKA_PORT",
+        "CDC_KAFKA_CONTROLLER_PORT",
+        "CDC_KAFKA_SASL_PORT",
+        "CDC_CONNECT_PORT",
+        "CDC_AIRFLOW_PORT",
+    )
     for name in (*PORTS, *others):
         monkeypatch.delenv(name, raising=False)
     ports = [value for name, value in vars(StackConfig()).items() if name.endswith("_port")]
-    assert len(ports) == len(set(ports)) == 13
+    assert len(ports) == len(set(ports)) == 14
 
 
 def test_up_with_cluster_asks_the_stack_for_it(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

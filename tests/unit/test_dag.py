@@ -147,6 +147,20 @@ def test_spark_jobs_take_secrets_and_locations_from_connections_and_variables_at
             assert "{{" in task.env_vars[name] and "conn.cdc_" in task.env_vars[name], f"{task.task_id}: {name}"
 
 
+def test_only_compact_cdc_gets_the_kafka_client_config_and_only_through_its_environment(dagbag):
+    """SASL/TLS settings reach the Spark job as ``CDC_KAFKA_CONFIG`` from the ``cdc_kafka`` connection;
+    its command line carries the bootstrap servers only, so no secret shows in the spark-submit command."""
+    dag = dagbag.dags["cdc_reconciliation"]
+    spark_tasks = {t.task_id: t for t in dag.tasks if type(t).__name__ == "SparkSubmitOperator"}
+    compact = spark_tasks.pop("reconcile_table.compact_cdc")
+    assert compact.env_vars["CDC_KAFKA_CONFIG"] == "{{ kafka_config(conn.cdc_kafka) }}"
+    args = list(map(str, compact.application_args))
+    assert args[args.index("--bootstrap-servers") + 1] == "{{ kafka_bootstrap(conn.cdc_kafka) }}"
+    assert not any("kafka_config" in a or "password" in a for a in args)
+    for task in spark_tasks.values():
+        assert "CDC_KAFKA_CONFIG" not in task.env_vars, f"{task.task_id} does not read Kafka"
+
+
 def test_every_task_has_a_finite_execution_timeout_and_seal_gives_up_first(dagbag):
     from cdc_reconcile.orchestration import limits, tasks
 

@@ -427,5 +427,7 @@ def test_airflow_defines_what_the_dag_reads(services: dict[str, dict[str, Any]])
     environment = env(services["airflow"])
     for conn_id in (orchestration.STATE_CONN, orchestration.SOURCE_CONN, orchestration.KAFKA_CONN, "spark_default"):
         document = json.loads(interpolate(environment[f"AIRFLOW_CONN_{conn_id.upper()}"]))
-        assert document["conn_type"] in ("postgres", "generic", "spark"), conn_id
+        assert document["conn_type"] in ("postgres", "kafka", "spark"), conn_id
+    kafka = json.loads(interpolate(environment[f"AIRFLOW_CONN_{orchestration.KAFKA_CONN.upper()}"]))
+    assert kafka == {"conn_type": "kafka", "extra": {"bootstrap.servers": "kafka:19092"}}
     assert environment[f"AIRFLOW_VAR_{orchestration.LAKE_ROOT_VAR.upper()}"] == "/opt/airflow/lake"

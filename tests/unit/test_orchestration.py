@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -137,6 +138,7 @@ def test_select_tables_reads_the_yaml_configuration_the_jobs_read(tmp_path, monk
 class Connection:
     def __init__(self, **fields: Any) -> None:
         self.conn_id = fields.pop("conn_id", "c")
+        self.conn_type = fields.pop("conn_type", "generic")
         self.extra_dejson = fields.pop("extra_dejson", {})
         for name in ("host", "port", "schema", "login", "password"):
             setattr(self, name, fields.get(name))
@@ -152,7 +154,66 @@ def test_macros_render_connections():
         tasks.kafka_bootstrap(Connection(conn_id="cdc_kafka"))
 
 
+SASL_EXTRA = {
+    "bootstrap.servers": "k1:9094,k2:9094",
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "cdc",
+    "sasl.password": 'pa"ss',
+    "ssl.ca.location": "/etc/kafka/ca.pem",
+}
+
+
+def test_a_kafka_connections_extra_is_the_client_config():
+    connection = Connection(conn_id="cdc_kafka", conn_type="kafka", extra_dejson=dict(SASL_EXTRA))
+    kafka = tasks.kafka_client(connection)
+    assert kafka.bootstrap == "k1:9094,k2:9094"
+    assert kafka.properties == {k: v for k, v in SASL_EXTRA.items() if k != "bootstrap.servers"}
+    assert kafka.spark_options()["kafka.sasl.jaas.config"].endswith('username="cdc" password="pa\\"ss";')
+    assert tasks.kafka_bootstrap(connection) == "k1:9094,k2:9094"
+    assert json.loads(tasks.kafka_config(connection)) == SASL_EXTRA
+    # the provider requires bootstrap.servers in the extra; the host is a fallback
+    assert tasks.kafka_client(Connection(conn_type="kafka", host="k3", port=9092)).bootstrap == "k3:9092"
+    with pytest.raises(ConfigError, match=r"'cdc_kafka' has no \"bootstrap.servers\" in its extra"):
+        tasks.kafka_client(
+            Connection(conn_id="cdc_kafka", conn_type="kafka", extra_dejson={"security.protocol": "SSL"})
+        )
+    with pytest.raises(ConfigError, match=r"'sasl\.oauthbearer\.method'"):
+        tasks.kafka_client(
+            Connection(conn_type="kafka", extra_dejson={**SASL_EXTRA, "sasl.oauthbearer.method": "oidc"})
+        )
+
+
+def test_an_older_generic_connection_is_bootstrap_servers_in_its_host_and_its_extra_is_not_client_config():
+    connection = Connection(host="k1:9092", extra_dejson={"topic_prefix": "cdc", "connect_url": "http://c:8083"})
+    kafka = tasks.kafka_client(connection)
+    assert (kafka.bootstrap, dict(kafka.properties)) == ("k1:9092", {})
+    assert json.loads(tasks.kafka_config(connection)) == {"bootstrap.servers": "k1:9092"}
+
+
+def test_the_python_tasks_run_object_gets_the_kafka_connection(monkeypatch):
+    connections = {
+        tasks.KAFKA_CONN: Connection(conn_type="kafka", extra_dejson=dict(SASL_EXTRA)),
+        tasks.SOURCE_CONN: Connection(host="db", schema="app", login="cdc", password="pw"),
+    }
+    monkeypatch.setattr(tasks, "_connection", connections.__getitem__)
+    monkeypatch.setattr(tasks, "state_dsn", lambda: "host=db dbname=state")
+    monkeypatch.setattr(tasks, "lake_root", lambda: "/lake")
+    run = tasks.table_run(TABLE, "run-1")
+    assert run.kafka.bootstrap == "k1:9094,k2:9094" and run.kafka.properties["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert 'pa"ss' not in repr(run.kafka)
+
+
 def test_jobs_are_found_through_the_installed_package():
     assert tasks.job("compact_cdc").endswith("cdc_reconcile/jobs/compact_cdc.py")
     with pytest.raises(ConfigError, match="no Spark job named 'nope'"):
         tasks.job("nope")
+
+
+def test_airflows_own_connection_objects_in_the_json_form_the_stack_and_compose_define():
+    from airflow.sdk import Connection as AirflowConnection
+
+    kafka = AirflowConnection.from_json(json.dumps({"conn_type": "kafka", "extra": SASL_EXTRA}), conn_id="cdc_kafka")
+    assert tasks.kafka_client(kafka) == tasks.kafka_client(Connection(conn_type="kafka", extra_dejson=SASL_EXTRA))
+    generic = AirflowConnection.from_json(json.dumps({"conn_type": "generic", "host": "k1:9092"}), conn_id="cdc_kafka")
+    assert tasks.kafka_client(generic).bootstrap == "k1:9092"

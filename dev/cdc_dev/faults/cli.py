@@ -27,6 +27,7 @@ RUNNER_ENV = {
     "CDC_PG_PORT": "25492",
     "CDC_KAFKA_PORT": "29152",
     "CDC_KAFKA_CONTROLLER_PORT": "29153",
+    "CDC_KAFKA_SASL_PORT": "29154",
     "CDC_CONNECT_PORT": "28143",
     "CDC_AIRFLOW_PORT": "28195",
     # HDFS and the Spark cluster, for scenarios that start them (Stack(cluster=True)): the dev ports + 60

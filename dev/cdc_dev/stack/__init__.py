@@ -148,7 +148,7 @@ class Stack:
             )
         )
         for component, detail in (
-            (self.kafka, f"bootstrap {self.config.bootstrap_servers}"),
+            (self.kafka, f"bootstrap {self.config.bootstrap_servers}, SASL {self.config.kafka_sasl_bootstrap}"),
             (self.connect, f"REST {self.config.connect_url}"),
         ):
             running = component.process.running()

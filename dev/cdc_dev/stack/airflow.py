@@ -90,12 +90,16 @@ def connections(config: StackConfig) -> dict[str, str]:
         "AIRFLOW_CONN_CDC_STATE": _postgres_connection(
             config, "run state (schema cdc_reconcile), a database of its own", config.state_database
         ),
+        # the Apache Kafka provider's type: the extra is the client config dict (librdkafka names)
         "AIRFLOW_CONN_CDC_KAFKA": json.dumps(
             {
-                "conn_type": "generic",
-                "description": "Kafka bootstrap servers (host) and Debezium's topic prefix",
-                "host": config.bootstrap_servers,
-                "extra": {"topic_prefix": config.topic_prefix, "connect_url": config.connect_url},
+                "conn_type": "kafka",
+                "description": (
+                    f"the stack's Kafka, plaintext listener (Debezium's topic prefix {config.topic_prefix!r}). "
+                    f"Its SASL listener: bootstrap.servers {config.kafka_sasl_bootstrap}, security.protocol "
+                    f"SASL_PLAINTEXT, sasl.mechanism PLAIN or SCRAM-SHA-256, sasl.username {config.kafka_sasl_user}"
+                ),
+                "extra": {"bootstrap.servers": config.bootstrap_servers},
             }
         ),
     }

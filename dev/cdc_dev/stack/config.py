@@ -52,6 +52,9 @@ class StackConfig:
     pg_port: int = field(default_factory=lambda: _env_int("CDC_PG_PORT", 25432))
     kafka_port: int = field(default_factory=lambda: _env_int("CDC_KAFKA_PORT", 29092))
     kafka_controller_port: int = field(default_factory=lambda: _env_int("CDC_KAFKA_CONTROLLER_PORT", 29093))
+    # a second client listener, SASL_PLAINTEXT (PLAIN and SCRAM-SHA-256), for the pipeline's SASL path;
+    # Debezium, Connect and the dev tools keep the plaintext one
+    kafka_sasl_port: int = field(default_factory=lambda: _env_int("CDC_KAFKA_SASL_PORT", 29094))
     connect_port: int = field(default_factory=lambda: _env_int("CDC_CONNECT_PORT", 28083))
     airflow_port: int = field(default_factory=lambda: _env_int("CDC_AIRFLOW_PORT", 28080))
     airflow_dags_folder: Path = field(default_factory=lambda: _env_path("CDC_AIRFLOW_DAGS_FOLDER", REPO_ROOT / "dags"))
@@ -76,6 +79,10 @@ class StackConfig:
     state_database: str = "cdc_state"
     pg_user: str = "cdc"
     pg_password: str = "cdc"
+    # the SASL listener's one user (PLAIN and SCRAM-SHA-256); the name must be a JAAS word (letters,
+    # digits, '_', '-', '$'), the password may hold anything
+    kafka_sasl_user: str = "cdc"
+    kafka_sasl_password: str = field(default_factory=lambda: os.environ.get("CDC_KAFKA_SASL_PASSWORD") or "cdc-kafka")
     connector_name: str = "cdc-demo"
     topic_prefix: str = "cdc"
     slot_name: str = "cdc_reconcile"
@@ -119,6 +126,21 @@ class StackConfig:
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def kafka_sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT listener's address."""
+        return f"{self.host}:{self.kafka_sasl_port}"
+
+    def kafka_sasl_config(self, mechanism: str = "PLAIN", *, password: str | None = None) -> dict[str, str]:
+        """The client config dict (the Apache Kafka provider's, librdkafka names) for the SASL listener."""
+        return {
+            "bootstrap.servers": self.kafka_sasl_bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism,
+            "sasl.username": self.kafka_sasl_user,
+            "sasl.password": self.kafka_sasl_password if password is None else password,
+        }
 
     @property
     def connect_url(self) -> str:

@@ -2,10 +2,19 @@
 
 Reads exactly the run's range (from the state database, or given as Spark offset JSON), parses the
 Debezium envelopes, and publishes events, quarantine, changelog and the lake table for the run.
+
+The Kafka client properties (SASL, TLS: the Apache Kafka provider's Config Dict, as JSON) come from
+``$CDC_KAFKA_CONFIG`` (or ``--kafka-config``), so no secret is on the command line; the DAG renders
+it from the ``cdc_kafka`` connection::
+
+    CDC_KAFKA_CONFIG='{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}' \
+    python -m cdc_reconcile.jobs.compact_cdc --table public.customers --run-id r1 --bootstrap-servers k1:9093
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 
 from cdc_reconcile import kafka_offsets
@@ -13,6 +22,7 @@ from cdc_reconcile.config import TableConfig
 from cdc_reconcile.debezium.pgtypes import DecodeOptions
 from cdc_reconcile.errors import InputError
 from cdc_reconcile.jobs.job_cli import EXIT_DONE, flag, job_parser, run_job, spark_run, summary_line
+from cdc_reconcile.kafka_client import KafkaClient
 from cdc_reconcile.run import RunSettings, TableRun
 
 PROG = "compact_cdc"
@@ -20,7 +30,15 @@ PROG = "compact_cdc"
 
 def parse_args(argv: list[str] | None = None):
     parser = job_parser(PROG, __doc__.splitlines()[0])
-    parser.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
+    parser.add_argument(
+        "--bootstrap-servers", help="Kafka bootstrap servers (default: bootstrap.servers of the Kafka config)"
+    )
+    parser.add_argument(
+        "--kafka-config",
+        default=os.environ.get("CDC_KAFKA_CONFIG"),
+        help="the Kafka client properties as JSON in librdkafka names (default: $CDC_KAFKA_CONFIG; prefer the "
+        "variable for secrets, a command line is visible to every user of the host)",
+    )
     parser.add_argument("--starting-offsets", help="Spark offset JSON; instead of the sealed range in --state-dsn")
     parser.add_argument("--ending-offsets", help="Spark offset JSON; instead of the sealed range in --state-dsn")
     flag(parser, "--full-rescan", "the range is the whole topic: fold the table from it alone")
@@ -31,14 +49,20 @@ def parse_args(argv: list[str] | None = None):
     return parser.parse_args(argv)
 
 
+def kafka_client(args: argparse.Namespace) -> KafkaClient:
+    """The Kafka connection: ``--bootstrap-servers`` over the config's ``bootstrap.servers``, plus its properties."""
+    return KafkaClient.from_json(args.kafka_config or "", bootstrap=args.bootstrap_servers)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def compact(table: TableConfig) -> int:
+        kafka = kafka_client(args)
         settings = RunSettings(
             lake_root=args.lake_root,
             state_dsn=args.state_dsn,
-            bootstrap_servers=args.bootstrap_servers,
+            kafka=kafka,
             decode_options=DecodeOptions(decimal_handling_mode=args.decimal_handling_mode),
         )
         run = TableRun(table, args.run_id, settings)
@@ -49,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise InputError("give --state-dsn or both --starting-offsets and --ending-offsets")
         # an unreachable broker gets one line naming it, not Spark's stack trace a minute later
-        kafka_offsets.list_partitions(args.bootstrap_servers, table.topic, timeout=args.kafka_timeout)
+        kafka_offsets.list_partitions(kafka, table.topic, timeout=args.kafka_timeout)
         with spark_run(PROG, table, args, settings) as run:
             summary = run.compact(full_rescan=args.full_rescan, offsets=offsets)
         print(summary_line(summary))

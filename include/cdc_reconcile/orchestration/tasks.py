@@ -8,7 +8,9 @@ Airflow objects used (names are fixed; the embedded stack defines all of them):
 * ``cdc_state`` (postgres): the state database with the ``cdc_reconcile`` schema;
 * ``cdc_source`` (postgres): the captured database the snapshot reads and the watermark is written to
   (the same database as ``cdc_state`` or another one);
-* ``cdc_kafka`` (generic): ``host`` is the Kafka bootstrap servers;
+* ``cdc_kafka`` (kafka, the Apache Kafka provider's type): its extra is the client config dict
+  (``bootstrap.servers`` plus librdkafka properties such as ``security.protocol``, ``sasl.*``,
+  ``ssl.ca.location``); a generic connection whose ``host`` is the bootstrap servers still works;
 * ``cdc_alerts`` (slackwebhook, http or smtp, optional): where alerts go;
 * ``spark_default`` (spark): the master for the Spark jobs (``local[*]`` by default);
 * variables ``cdc_lake_root`` (required) and ``cdc_gx_root`` (default: ``<lake root>/../great_expectations``,
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import TABLE_NAME_PATTERN as TABLE_NAME_PATTERN  # the trigger form's check of a name
 from ..config import ConfigError, load_config
+from ..kafka_client import KafkaClient
 from ..phase import Phase
 from . import limits
 from .alerts import OUTCOME_KEY
@@ -82,12 +85,44 @@ def spark_jars() -> str:
     return ",".join(configured_jars())
 
 
-def kafka_bootstrap(connection: Any) -> str:
-    """Bootstrap servers from the ``cdc_kafka`` connection: its host (a list is fine), with its port if set."""
-    servers = connection.host or (connection.extra_dejson or {}).get("bootstrap.servers")
+def kafka_client(connection: Any) -> KafkaClient:
+    """The Kafka connection the product uses, from the ``cdc_kafka`` Airflow connection.
+
+    A ``kafka`` connection (the Apache Kafka provider's type) carries the client config dict in its
+    extra: ``bootstrap.servers`` plus librdkafka properties (SASL, TLS), as the provider's hooks read
+    it. Any other type is the older form: ``host`` is the bootstrap servers (a list is fine, with
+    ``port`` added when the host has none), and the extra is not client config. A ``kafka`` connection
+    without ``bootstrap.servers`` in its extra falls back to its host.
+    """
+    extra = connection.extra_dejson or {}
+    host = connection.host
+    servers = f"{host}:{connection.port}" if host and connection.port and ":" not in host else host
+    conn_id = getattr(connection, "conn_id", None)
+    if getattr(connection, "conn_type", None) == "kafka":
+        if not isinstance(extra, dict):
+            raise ConfigError(f"connection {conn_id!r}: its extra (Config Dict) must be a JSON object")
+        if not extra.get("bootstrap.servers") and not servers:
+            raise ConfigError(
+                f'connection {conn_id!r} has no "bootstrap.servers" in its extra (Config Dict): set it to the '
+                'brokers, e.g. {"bootstrap.servers": "broker:9092"}, with the client properties beside it'
+            )
+        return KafkaClient.from_config(extra, bootstrap=None if extra.get("bootstrap.servers") else servers)
     if not servers:
-        raise ConfigError(f"connection {connection.conn_id!r} has no host: set it to the Kafka bootstrap servers")
-    return f"{servers}:{connection.port}" if connection.port and ":" not in servers else servers
+        raise ConfigError(
+            f"connection {conn_id!r} has no host: make it a kafka connection whose extra holds "
+            '{"bootstrap.servers": ...} (or set host to the Kafka bootstrap servers)'
+        )
+    return KafkaClient(servers)
+
+
+def kafka_bootstrap(connection: Any) -> str:
+    """The bootstrap servers of the ``cdc_kafka`` connection (``compact_cdc --bootstrap-servers``)."""
+    return kafka_client(connection).bootstrap
+
+
+def kafka_config(connection: Any) -> str:
+    """The ``cdc_kafka`` connection's client config as JSON, secrets included: for ``$CDC_KAFKA_CONFIG`` only."""
+    return kafka_client(connection).to_json()
 
 
 def mapped_table(task: Any) -> str:
@@ -135,6 +170,7 @@ MACROS = {
     "jdbc_url": jdbc_url,
     "spark_jars": spark_jars,
     "kafka_bootstrap": kafka_bootstrap,
+    "kafka_config": kafka_config,
     "python_executable": python_executable,
     "mapped_table": mapped_table,
 }
@@ -180,7 +216,7 @@ def table_run(table_name: str, run_id: str) -> TableRun:
     settings = RunSettings(
         lake_root=lake_root(),
         state_dsn=state_dsn(),
-        bootstrap_servers=kafka_bootstrap(_connection(KAFKA_CONN)),
+        kafka=kafka_client(_connection(KAFKA_CONN)),
         source=source_database(),
         pipeline=config,
     )
