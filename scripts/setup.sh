@@ -38,15 +38,17 @@ fi
 java_major=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/.*java.specification.version = //p')
 [ -n "$java_major" ] && [ "${java_major%%.*}" -ge 17 ] || die "Java 17 or newer is required (found: ${java_major:-none})"
 
-# 2. Python virtualenv with pinned packages and the project in editable mode.
+# 2. Python virtualenv with pinned packages (requirements-dev.txt, which includes requirements.txt) and the
+#    project and its development package in editable mode.
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || die "Python 3.11 is required ($PY not found; set PYTHON=/path/to/python3.11)"
 [ -x "$VENV/bin/python" ] || { say "creating virtualenv $VENV"; "$PY" -m venv "$VENV"; }
-py_stamp=$(cat "$ROOT/requirements.txt" "$ROOT/constraints.txt" "$ROOT/pyproject.toml" "$ROOT/dev/pyproject.toml" | sha256sum | cut -d' ' -f1)
+py_stamp=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/constraints.txt" "$ROOT/pyproject.toml" \
+  "$ROOT/dev/pyproject.toml" | sha256sum | cut -d' ' -f1)
 if ! stamp_ok "$VENV/.cdc-stamp" "$py_stamp" || [ ! -x "$VENV/bin/cdc-stack" ]; then
-  say "installing Python packages (requirements.txt, constraints.txt)"
+  say "installing Python packages (requirements-dev.txt: the runtime requirements and the test tools; constraints.txt)"
   "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
-  "$VENV/bin/python" -m pip install -q -r "$ROOT/requirements.txt" -c "$ROOT/constraints.txt"
+  "$VENV/bin/python" -m pip install -q -r "$ROOT/requirements-dev.txt" -c "$ROOT/constraints.txt"
   "$VENV/bin/python" -m pip install -q --no-deps -e "$ROOT" -e "$ROOT/dev"
   echo "$py_stamp" > "$VENV/.cdc-stamp"
 fi
