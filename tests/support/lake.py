@@ -3,7 +3,8 @@
 the ones with names Delta refuses, as nulls).
 
 Rows go through delta-rs's query engine (``QueryBuilder``), which applies the lake table's deletion
-vectors; its plain ``to_pyarrow_table`` refuses tables that have them."""
+vectors; its plain ``to_pyarrow_table`` refuses tables that have them. :func:`duckdb_rows` reads
+with a third engine, DuckDB's own Delta extension (``delta_scan``)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,20 @@ def spark_rows(spark, location: str | Path, run: str | None = None):
     if run is not None:
         df = df.filter(F.col(RUN_COLUMN) == run).drop(RUN_COLUMN)
     return df
+
+
+def duckdb_rows(location: str | Path, query: str = "SELECT * FROM lake") -> list[tuple[Any, ...]]:
+    """``query`` over the Delta table as ``lake``, run by DuckDB's Delta extension (delta-kernel-rs).
+
+    The extension comes from PyPI (``duckdb-extension-delta``) and is loaded from its file, so
+    nothing is fetched from DuckDB's extension site.
+    """
+    import duckdb
+    import duckdb_extension_delta
+
+    extension = next(Path(duckdb_extension_delta.__path__[0]).rglob("delta.duckdb_extension"))
+    settings = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    with duckdb.connect(config=settings) as con:
+        con.execute(f"LOAD '{extension}'")
+        path = _local(location).replace("'", "''")
+        return con.execute(f"WITH lake AS (SELECT * FROM delta_scan('{path}')) {query}").fetchall()

@@ -11,7 +11,7 @@ from cdc_reconcile.compaction import fold_table, mark_duplicates, snapshot_reset
 from cdc_reconcile.debezium.pgtypes import stored_encoding
 from cdc_reconcile.publication import FoldInputs, publish_fold
 from tests.support.frames import ITEMS_KEY, ITEMS_SPEC, item_changes, item_event, item_truncate, typed_changelog
-from tests.support.lake import delta_rows
+from tests.support.lake import delta_rows, duckdb_rows
 
 ROWS = 400
 
@@ -74,8 +74,14 @@ def test_a_merge_commits_the_full_fold_and_writes_only_the_changed_rows(spark, t
     assertDataFrameEqual(storage.read(spark, location), expected)
     assert commit.rows_written == 6, commit.metrics  # 4 updated, 2 inserted; nothing copied
     assert commit.bytes_written < first.bytes_written, (commit.bytes_written, first.bytes_written)
-    # another reader sees the same rows through the deletion vectors
+    # other readers see the same rows through the deletion vectors: delta-rs, and DuckDB's Delta extension
     assert len(delta_rows(location, columns=["id"])) == ROWS - 2 + 2
+    spark_rows = {(r.id, r.name, r.qty) for r in spark.read.format("delta").load(location).collect()}
+    assert set(duckdb_rows(location, "SELECT id, name, qty FROM lake")) == spark_rows
+    assert duckdb_rows(location, "SELECT name, qty FROM lake WHERE id IN (0, 10, 5000) ORDER BY id") == [
+        ("u0", 0),
+        ("new", 1),
+    ]
 
 
 def test_publishing_again_restores_what_the_runs_earlier_commit_changed(spark, tmp_path):
