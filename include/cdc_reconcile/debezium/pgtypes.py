@@ -182,7 +182,31 @@ def hstore_text(text: Column) -> Column:
     return F.to_json(F.map_from_entries(F.array_sort(F.map_entries(pairs))))
 
 
-_CANONICAL_TEXT = {"point": point_text, "hstore": hstore_text}
+_RANGE_RE = r'^([\[(])(?:"([^"]*)"|([^",]*)),(?:"([^"]*)"|([^",]*))([\])])$'
+
+
+def _utc_bound(bound: Column) -> Column:
+    """A range bound as PostgreSQL prints a timestamptz in UTC; unbounded, infinity or unparsable: as is."""
+    instant = bound.try_cast(T.TimestampType())
+    micros = F.regexp_replace(F.date_format(instant, "yyyy-MM-dd HH:mm:ss.SSSSSS"), r"\.?0+$", "")
+    return F.when(instant.isNull(), bound).otherwise(F.concat(F.lit('"'), micros, F.lit('+00"')))
+
+
+def tstzrange_text(text: Column) -> Column:
+    """A ``tstzrange`` with its bounds in UTC, as PostgreSQL prints it with ``TimeZone=UTC``.
+
+    PostgreSQL prints a bound in the session's time zone: Debezium's events carry the Connect
+    worker's (its JVM's zone), the snapshot the Spark executor's. Written in UTC by both sides, one
+    instant has one text whatever the zones (session time zone UTC, as every session here has).
+    """
+    part = lambda n: F.regexp_extract(text, _RANGE_RE, n)  # noqa: E731
+    lower = F.when(part(2) != "", part(2)).otherwise(part(3))
+    upper = F.when(part(4) != "", part(4)).otherwise(part(5))
+    ranged = F.concat(part(1), _utc_bound(lower), F.lit(","), _utc_bound(upper), part(6))
+    return F.when(text.rlike(_RANGE_RE), ranged).otherwise(text)
+
+
+_CANONICAL_TEXT = {"point": point_text, "hstore": hstore_text, "tstzrange": tstzrange_text}
 
 
 def canonical_text(pg_type: str | PgType) -> Callable[[Column], Column] | None:

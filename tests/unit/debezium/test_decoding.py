@@ -463,3 +463,25 @@ def test_an_hstore_reads_the_same_from_debezium_and_from_the_snapshot(spark):
     snapshot_rows = spark.createDataFrame([(1, '{"a": null, "b": "2"}')], "id int, tags string")
     assert decoded.select("tags").first()[0] == '{"a":null,"b":"2"}'
     assert transform(snapshot_rows, spec).select("tags").first()[0] == '{"a":null,"b":"2"}'
+
+
+def test_a_tstzrange_reads_in_utc_whatever_zone_printed_it(spark):
+    """Debezium prints a bound in the Connect worker's zone, the snapshot in the executor's: both become UTC."""
+    from cdc_reconcile.snapshot import transform
+
+    spec = {"id": "integer", "span": "tstzrange"}
+    printed = {
+        1: (
+            '["2024-01-01 01:00:00+01","2024-02-01 06:30:00.25+05:30")',
+            '["2024-01-01 00:00:00+00","2024-02-01 01:00:00.25+00")',
+        ),
+        2: ('("2023-12-31 16:00:00-08",]', '("2024-01-01 00:00:00+00",]'),
+        3: ("[-infinity,infinity)", "[-infinity,infinity)"),
+        4: ("empty", "empty"),
+        5: ('[,"2024-01-01 00:00:00.000001+00")', '[,"2024-01-01 00:00:00.000001+00")'),
+    }
+    for key, (text, utc) in printed.items():
+        decoded = decode_one(spark, spec, {"id": key, "span": text})
+        assert decoded.select("span").first()[0] == utc, key
+    snapshot_rows = spark.createDataFrame([(k, t) for k, (t, _) in printed.items()], "id int, span string")
+    assert {r.id: r.span for r in transform(snapshot_rows, spec).collect()} == {k: u for k, (_, u) in printed.items()}
