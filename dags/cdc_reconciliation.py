@@ -23,7 +23,9 @@ Connections: `cdc_state`, `cdc_source` (postgres), `cdc_kafka` (kafka: the extra
 `sasl.username`, `sasl.password`, `ssl.ca.location`; a generic connection whose host is the bootstrap
 servers still works), `spark_default`, optional `cdc_alerts` (slackwebhook, http webhook or smtp).
 Sealing reads Kafka through confluent-kafka and **compact_cdc** through Spark's Kafka source, with the
-same settings (the job gets them in `CDC_KAFKA_CONFIG`, never on its command line). Variables: `cdc_lake_root`,
+same settings. Every Spark job gets the connections it reads as Spark configuration (`spark.cdc.*`) in a
+private properties file made when its task runs (`CdcSparkSubmitOperator`), never on its command line or in
+its environment, so client and cluster deploy modes work alike. Variables: `cdc_lake_root`,
 optional `cdc_gx_root`. Every task has an execution timeout, and a run not finished in time sends a
 critical alert (both in `cdc_reconcile.orchestration.limits`). The logic lives in
 `cdc_reconcile.orchestration`; this file only wires tasks.
@@ -33,39 +35,37 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import AssetAlias, Param, TriggerRule, dag, task, task_group
 
 from cdc_reconcile.orchestration import limits
 from cdc_reconcile.orchestration import tasks as steps
 from cdc_reconcile.orchestration.alerts import CRITICAL, WARNING, ReconciliationNotifier, run_deadline
+from cdc_reconcile.orchestration.spark_job import KAFKA, SOURCE, STATE, CdcSparkSubmitOperator
 
 LAKE_TABLES = AssetAlias("cdc_lake_tables")
 RUN_ARGS = ["--run-id", "{{ run_id }}", "--lake-root", "{{ var.value.cdc_lake_root }}"]
-SPARK_ENV = {
-    "PYSPARK_PYTHON": "{{ python_executable() }}",
-    "PYSPARK_DRIVER_PYTHON": "{{ python_executable() }}",
-    "CDC_STATE_DSN": "{{ libpq_dsn(conn.cdc_state) }}",
-    "CDC_PG_DSN": "{{ libpq_dsn(conn.cdc_source) }}",
-    "CDC_PG_JDBC_URL": "{{ jdbc_url(conn.cdc_source) }}",
-    "CDC_PG_USER": "{{ conn.cdc_source.login }}",
-    "CDC_PG_PASSWORD": "{{ conn.cdc_source.password or '' }}",
+# The interpreter of the driver and the executors: Spark configuration, not environment variables, so
+# it reaches a driver in cluster mode too.
+PYTHON_CONF = {
+    "spark.pyspark.python": "{{ python_executable() }}",
+    "spark.pyspark.driver.python": "{{ python_executable() }}",
 }
-# Only the job that reads Kafka gets the Kafka connection's client config (its secrets included).
-KAFKA_ENV = {"CDC_KAFKA_CONFIG": "{{ kafka_config(conn.cdc_kafka) }}"}
 GX_ROOT = "{{ var.value.get('cdc_gx_root', var.value.cdc_lake_root ~ '/../great_expectations') }}"
 
 
-def spark_job(task_id: str, job: str, arguments: list, env: dict | None = None) -> SparkSubmitOperator:
-    return SparkSubmitOperator(
+def spark_job(
+    task_id: str, job: str, arguments: list, connections: tuple[str, ...] = (STATE,)
+) -> CdcSparkSubmitOperator:
+    """A Spark task; ``connections`` are the ones its job reads (only compact_cdc gets the Kafka config)."""
+    return CdcSparkSubmitOperator(
         task_id=task_id,
         application=steps.job(job),
         application_args=arguments,
+        connections=connections,
         conn_id=steps.SPARK_CONN,
         jars="{{ spark_jars() }}",
-        env_vars={**SPARK_ENV, **(env or {})},
         name=f"cdc_{task_id}",
-        conf={"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"},
+        conf={"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false", **PYTHON_CONF},
         driver_memory="2g",
         execution_timeout=limits.spark_task_timeout(),
     )
@@ -151,7 +151,7 @@ def cdc_reconciliation():
             return steps.publish_assets([table], outlet_events, LAKE_TABLES)
 
         table_args = ["--table", table, *RUN_ARGS]
-        snapshot = spark_job("snapshot_source", "snapshot_source", table_args)
+        snapshot = spark_job("snapshot_source", "snapshot_source", table_args, (STATE, SOURCE))
         compact = spark_job(
             "compact_cdc",
             "compact_cdc",
@@ -162,7 +162,7 @@ def cdc_reconciliation():
                 "--full-rescan",
                 "{{ params.full_rescan }}",
             ],
-            env=KAFKA_ENV,
+            (STATE, KAFKA),
         )
         validate = spark_job("validate", "validate", [*table_args, "--gx-root", GX_ROOT, "--phase", "before_repair"])
         reconcile = spark_job("reconcile", "reconcile", [*table_args, "--dry-run", "{{ params.dry_run }}"])

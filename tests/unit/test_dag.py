@@ -90,7 +90,7 @@ def test_tasks_run_in_the_designed_order_per_table(dagbag):
     for upstream, downstream in itertools.pairwise(order):
         task = dag.get_task(f"reconcile_table.{upstream}")
         assert f"reconcile_table.{downstream}" in task.downstream_task_ids, f"{upstream} -> {downstream}"
-    spark_tasks = [t for t in dag.tasks if type(t).__name__ == "SparkSubmitOperator"]
+    spark_tasks = [t for t in dag.tasks if type(t).__name__ == "CdcSparkSubmitOperator"]
     assert {t.task_id.split(".")[-1] for t in spark_tasks} == {
         "snapshot_source",
         "compact_cdc",
@@ -133,32 +133,41 @@ def test_the_lake_table_is_published_as_an_asset(dagbag):
 
 
 def test_spark_jobs_take_secrets_and_locations_from_connections_and_variables_at_run_time(dagbag):
-    """Nothing environment-specific is frozen into the DAG: the jobs' DSNs, credentials and lake root
-    are templates over Airflow connections and variables, in fields the operator renders per run."""
+    """Nothing environment-specific is frozen into the DAG: the lake root is a template over the variable,
+    and the connections a job reads are named, to be resolved when its task runs (into Spark configuration,
+    not environment variables: ``env_vars`` would not reach a driver in cluster mode)."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     dag = dagbag.dags["cdc_reconciliation"]
-    spark_tasks = [t for t in dag.tasks if type(t).__name__ == "SparkSubmitOperator"]
-    assert spark_tasks
+    spark_tasks = [t for t in dag.tasks if isinstance(t, SparkSubmitOperator)]
+    assert spark_tasks and all(type(t).__name__ == "CdcSparkSubmitOperator" for t in spark_tasks)
     for task in spark_tasks:
-        assert {"application_args", "env_vars"} <= set(task.template_fields), task.task_id
+        assert {"application_args", "conf"} <= set(task.template_fields), task.task_id
         args = " ".join(map(str, task.application_args))
         assert "{{ var.value.cdc_lake_root }}" in args, f"{task.task_id}: lake root is not the variable"
         assert "{{ run_id }}" in args, f"{task.task_id}: run id is not templated"
-        for name in ("CDC_STATE_DSN", "CDC_PG_DSN", "CDC_PG_JDBC_URL", "CDC_PG_USER", "CDC_PG_PASSWORD"):
-            assert "{{" in task.env_vars[name] and "conn.cdc_" in task.env_vars[name], f"{task.task_id}: {name}"
+        assert not task.env_vars, f"{task.task_id}: settings go as Spark configuration, not environment variables"
+        assert task.properties_file is None, "the properties file is made when the task runs"
+        assert "state" in task.connections, task.task_id
+        assert task.conf["spark.pyspark.python"] == task.conf["spark.pyspark.driver.python"]
+        assert task.conf["spark.pyspark.python"] == "{{ python_executable() }}"
+        assert not any("conn." in str(value) for value in task.conf.values()), "no secret on the command line"
+    by_job = {t.task_id.split(".")[-1]: set(t.connections) for t in spark_tasks}
+    assert by_job["snapshot_source"] == {"state", "source"}
 
 
-def test_only_compact_cdc_gets_the_kafka_client_config_and_only_through_its_environment(dagbag):
-    """SASL/TLS settings reach the Spark job as ``CDC_KAFKA_CONFIG`` from the ``cdc_kafka`` connection;
+def test_only_compact_cdc_gets_the_kafka_client_config_and_never_on_its_command_line(dagbag):
+    """SASL/TLS settings reach the Spark job in its properties file from the ``cdc_kafka`` connection;
     its command line carries the bootstrap servers only, so no secret shows in the spark-submit command."""
     dag = dagbag.dags["cdc_reconciliation"]
-    spark_tasks = {t.task_id: t for t in dag.tasks if type(t).__name__ == "SparkSubmitOperator"}
+    spark_tasks = {t.task_id: t for t in dag.tasks if type(t).__name__ == "CdcSparkSubmitOperator"}
     compact = spark_tasks.pop("reconcile_table.compact_cdc")
-    assert compact.env_vars["CDC_KAFKA_CONFIG"] == "{{ kafka_config(conn.cdc_kafka) }}"
+    assert set(compact.connections) == {"state", "kafka"}
     args = list(map(str, compact.application_args))
     assert args[args.index("--bootstrap-servers") + 1] == "{{ kafka_bootstrap(conn.cdc_kafka) }}"
     assert not any("kafka_config" in a or "password" in a for a in args)
     for task in spark_tasks.values():
-        assert "CDC_KAFKA_CONFIG" not in task.env_vars, f"{task.task_id} does not read Kafka"
+        assert "kafka" not in task.connections, f"{task.task_id} does not read Kafka"
 
 
 def test_every_task_has_a_finite_execution_timeout_and_seal_gives_up_first(dagbag):
@@ -167,7 +176,7 @@ def test_every_task_has_a_finite_execution_timeout_and_seal_gives_up_first(dagba
     dag = dagbag.dags["cdc_reconciliation"]
     for task in dag.tasks:
         assert task.execution_timeout is not None, f"{task.task_id} may run forever"
-        if type(task).__name__ == "SparkSubmitOperator":
+        if type(task).__name__ == "CdcSparkSubmitOperator":
             assert task.execution_timeout == limits.spark_task_timeout(), task.task_id
         else:
             assert task.execution_timeout <= limits.PYTHON_TASK, task.task_id

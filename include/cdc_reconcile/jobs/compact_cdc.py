@@ -4,8 +4,9 @@ Reads exactly the run's range (from the state database, or given as Spark offset
 Debezium envelopes, and publishes events, quarantine, changelog and the lake table for the run.
 
 The Kafka client properties (SASL, TLS: the Apache Kafka provider's Config Dict, as JSON) come from
-``$CDC_KAFKA_CONFIG`` (or ``--kafka-config``), so no secret is on the command line; the DAG renders
-it from the ``cdc_kafka`` connection::
+the Spark conf ``spark.cdc.secret.kafka.config`` (what the DAG gives the job from the ``cdc_kafka``
+connection, in its private properties file), else ``$CDC_KAFKA_CONFIG``, or ``--kafka-config``; so no
+secret need be on the command line. By hand::
 
     CDC_KAFKA_CONFIG='{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}' \
     python -m cdc_reconcile.jobs.compact_cdc --table public.customers --run-id r1 --bootstrap-servers k1:9093
@@ -14,13 +15,13 @@ it from the ``cdc_kafka`` connection::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from cdc_reconcile import kafka_offsets
 from cdc_reconcile.config import TableConfig
 from cdc_reconcile.debezium.pgtypes import DecodeOptions
 from cdc_reconcile.errors import InputError
+from cdc_reconcile.jobs import job_conf
 from cdc_reconcile.jobs.job_cli import EXIT_DONE, flag, job_parser, run_job, spark_run, summary_line
 from cdc_reconcile.kafka_client import KafkaClient
 from cdc_reconcile.run import RunSettings, TableRun
@@ -29,15 +30,16 @@ PROG = "compact_cdc"
 
 
 def parse_args(argv: list[str] | None = None):
-    parser = job_parser(PROG, __doc__.splitlines()[0])
+    conf = job_conf.submitted_conf()
+    parser = job_parser(PROG, __doc__.splitlines()[0], conf)
     parser.add_argument(
         "--bootstrap-servers", help="Kafka bootstrap servers (default: bootstrap.servers of the Kafka config)"
     )
     parser.add_argument(
         "--kafka-config",
-        default=os.environ.get("CDC_KAFKA_CONFIG"),
-        help="the Kafka client properties as JSON in librdkafka names (default: $CDC_KAFKA_CONFIG; prefer the "
-        "variable for secrets, a command line is visible to every user of the host)",
+        default=job_conf.setting(conf, job_conf.KAFKA_CONFIG),
+        help=f"the Kafka client properties as JSON in librdkafka names (default: Spark conf {job_conf.KAFKA_CONFIG}, "
+        "else $CDC_KAFKA_CONFIG; prefer either for secrets, a command line is visible to every user of the host)",
     )
     parser.add_argument("--starting-offsets", help="Spark offset JSON; instead of the sealed range in --state-dsn")
     parser.add_argument("--ending-offsets", help="Spark offset JSON; instead of the sealed range in --state-dsn")

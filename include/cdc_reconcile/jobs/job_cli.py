@@ -16,12 +16,13 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..config import TableConfig, load_config, parse_flag
 from ..errors import InputError, UnreachableError
 from ..run import RunSettings, TableRun
+from . import job_conf
 
 EXIT_DONE = 0
 EXIT_DIFFERENCES = 1
@@ -30,9 +31,14 @@ EXIT_UNREACHABLE = 3
 UI_SWITCH = "CDC_SPARK_UI"
 
 
-def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The arguments every job takes: which table, which run, where the lake and the state are."""
+def job_parser(prog: str, description: str, conf: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The arguments every job takes: which table, which run, where the lake and the state are.
+
+    ``conf`` is the submitted ``spark.cdc.*`` configuration (default: :func:`job_conf.submitted_conf`);
+    a setting missing from the command line comes from it, else from its environment variable.
+    """
     env = os.environ.get
+    conf = job_conf.submitted_conf() if conf is None else conf
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--table", required=True, help="schema.table, as in the table configuration")
     parser.add_argument("--run-id", required=True, help="the DAG run id; datasets are keyed by it")
@@ -40,7 +46,10 @@ def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
         "--lake-root", default=env("CDC_LAKE_ROOT"), required=env("CDC_LAKE_ROOT") is None, help="the lake's root"
     )
     parser.add_argument(
-        "--state-dsn", default=env("CDC_STATE_DSN"), help="libpq connection string of the state database"
+        "--state-dsn",
+        default=job_conf.setting(conf, job_conf.STATE_DSN),
+        help=f"libpq connection string of the state database (default: Spark conf {job_conf.STATE_DSN}, "
+        "else $CDC_STATE_DSN)",
     )
     parser.add_argument(
         "--tables-config",

@@ -2,17 +2,20 @@
 
     spark-submit .../cdc_reconcile/jobs/snapshot_source.py --table public.customers --run-id <dag run id> \\
         --lake-root /data/lake --jdbc-url jdbc:postgresql://host:5432/db --dsn "host=... dbname=..." \\
-        --user cdc   # password from CDC_PG_PASSWORD
+        --user cdc   # password from the Spark conf spark.cdc.secret.source.password, else $CDC_PG_PASSWORD
+
+Run by the DAG, the connection settings come as Spark configuration (``spark.cdc.*``, see
+:mod:`cdc_reconcile.jobs.job_conf`) and the command line carries none of them.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from cdc_reconcile import storage
 from cdc_reconcile.config import TableConfig
+from cdc_reconcile.jobs import job_conf
 from cdc_reconcile.jobs.job_cli import EXIT_DONE, job_parser, run_job, spark_run, summary_line
 from cdc_reconcile.run import RunSettings, SourceDatabase
 from cdc_reconcile.snapshot import DEFAULT_FETCH_SIZE, DEFAULT_PARTITIONS
@@ -28,18 +31,23 @@ def _positive(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Arguments, with connection settings also taken from the environment (never from code)."""
-    env = os.environ.get
-    parser = job_parser(PROG, __doc__.splitlines()[0])
-    parser.add_argument("--jdbc-url", default=env("CDC_PG_JDBC_URL"), required=env("CDC_PG_JDBC_URL") is None)
-    parser.add_argument(
-        "--dsn",
-        default=env("CDC_PG_DSN"),
-        required=env("CDC_PG_DSN") is None,
-        help="libpq connection string for the connection that exports the snapshot",
+    """Arguments; connection settings missing from them come from the Spark conf, else the environment."""
+    conf = job_conf.submitted_conf()
+    parser = job_parser(PROG, __doc__.splitlines()[0], conf)
+
+    def connection_option(name: str, key: str, required: bool, help_text: str) -> None:
+        value = job_conf.setting(conf, key)
+        default_text = f"default: Spark conf {key}, else ${job_conf.ENV_FALLBACK[key]}"
+        parser.add_argument(
+            name, default=value, required=required and value is None, help=f"{help_text} ({default_text})"
+        )
+
+    connection_option("--jdbc-url", job_conf.SOURCE_JDBC_URL, True, "JDBC URL of the source database")
+    connection_option(
+        "--dsn", job_conf.SOURCE_DSN, True, "libpq connection string for the connection that exports the snapshot"
     )
-    parser.add_argument("--user", default=env("CDC_PG_USER"), required=env("CDC_PG_USER") is None)
-    parser.add_argument("--password", default=env("CDC_PG_PASSWORD"), help="default: $CDC_PG_PASSWORD")
+    connection_option("--user", job_conf.SOURCE_USER, True, "the JDBC reads' user")
+    connection_option("--password", job_conf.SOURCE_PASSWORD, False, "the JDBC reads' password")
     parser.add_argument("--partitions", type=_positive, default=DEFAULT_PARTITIONS, help="parallel JDBC reads")
     parser.add_argument("--fetch-size", type=_positive, default=DEFAULT_FETCH_SIZE, help="JDBC fetchsize (> 0)")
     parser.add_argument("--output-files", type=_positive, default=1, help="Parquet files per snapshot version")

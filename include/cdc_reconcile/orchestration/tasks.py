@@ -56,7 +56,7 @@ class RunFailed(RuntimeError):
         self.outcome = dict(outcome or {})
 
 
-# -- Jinja macros for the Spark tasks' templated fields ------------------------------------------------
+# -- connection settings for the Spark jobs; the Jinja macros of their templated fields -----------------
 
 
 def libpq_dsn(connection: Any) -> str:
@@ -121,7 +121,7 @@ def kafka_bootstrap(connection: Any) -> str:
 
 
 def kafka_config(connection: Any) -> str:
-    """The ``cdc_kafka`` connection's client config as JSON, secrets included: for ``$CDC_KAFKA_CONFIG`` only."""
+    """The ``cdc_kafka`` connection's client config as JSON, secrets included: for the job's properties file only."""
     return kafka_client(connection).to_json()
 
 
@@ -151,7 +151,7 @@ TABLE_LABEL = "{{ mapped_table(task) }}"
 
 
 def python_executable() -> str:
-    """The interpreter running the task; spark-submit's Python driver uses the same environment."""
+    """The interpreter running the task: the Spark tasks' ``spark.pyspark.python`` and ``.driver.python``."""
     return sys.executable
 
 
@@ -165,12 +165,11 @@ def job(name: str) -> str:
     return spec.origin
 
 
+# No macro renders a secret: a rendered field is stored and shown in the UI. The Spark tasks get the
+# connections' DSNs and credentials in their properties file (spark_job.CdcSparkSubmitOperator).
 MACROS = {
-    "libpq_dsn": libpq_dsn,
-    "jdbc_url": jdbc_url,
     "spark_jars": spark_jars,
     "kafka_bootstrap": kafka_bootstrap,
-    "kafka_config": kafka_config,
     "python_executable": python_executable,
     "mapped_table": mapped_table,
 }
