@@ -153,6 +153,13 @@ def test_a_job_gets_only_the_connections_it_names_and_the_file_goes_when_the_tas
         operator(("state",), properties_file="/etc/spark/job.conf")
 
 
+def test_the_jobs_python_is_the_tasks_unless_the_deployment_names_another(monkeypatch):
+    monkeypatch.delenv(tasks.SPARK_PYTHON_ENV, raising=False)
+    assert tasks.python_executable() == sys.executable
+    monkeypatch.setenv(tasks.SPARK_PYTHON_ENV, "/opt/cdc/venv/bin/python")
+    assert tasks.python_executable() == "/opt/cdc/venv/bin/python"
+
+
 def test_sparks_default_redaction_covers_every_secret_key_and_only_those():
     for key in job_conf.SECRET_KEYS:
         assert re.search(SPARK_DEFAULT_REDACTION, key), key

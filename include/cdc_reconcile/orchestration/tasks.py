@@ -150,9 +150,13 @@ def mapped_table(task: Any) -> str:
 TABLE_LABEL = "{{ mapped_table(task) }}"
 
 
+SPARK_PYTHON_ENV = "CDC_SPARK_PYTHON"
+
+
 def python_executable() -> str:
-    """The interpreter running the task: the Spark tasks' ``spark.pyspark.python`` and ``.driver.python``."""
-    return sys.executable
+    """The Spark tasks' ``spark.pyspark.python`` and ``.driver.python``: ``$CDC_SPARK_PYTHON`` on the worker
+    (where a cluster's nodes have the environment), else the interpreter running the task."""
+    return os.environ.get(SPARK_PYTHON_ENV) or sys.executable
 
 
 def job(name: str) -> str:
