@@ -135,6 +135,7 @@ def test_connector_runs_exactly_once_and_writes_in_transactions(stack, config, p
     assert len(mine) == in_source == 5
 
 
+@pytest.mark.slow  # `-m slow`: fault-matrix scenario 1 (scripts/faults.sh) injects the same fault through a DAG run
 def test_replication_connection_killed_under_load_loses_nothing(stack, config, pg, artifacts):
     """The seed's fault test, with a consumer that understands transaction markers."""
     first_id = pg.execute("SELECT coalesce(max(id), 0) FROM public.customers").fetchone()[0]
