@@ -157,8 +157,6 @@ def cdc_reconciliation():
             "compact_cdc",
             [
                 *table_args,
-                "--bootstrap-servers",
-                "{{ kafka_bootstrap(conn.cdc_kafka) }}",
                 "--full-rescan",
                 "{{ params.full_rescan }}",
             ],

@@ -4,10 +4,10 @@ The stack's broker has a SASL_PLAINTEXT listener (PLAIN and SCRAM-SHA-256) besid
 Debezium writes through. The test's password holds a quote, a backslash, spaces and a non-ASCII
 letter (``TEST_ENV``), so the translation to the Java client's ``sasl.jaas.config`` must quote it
 right for the Spark read to log in, while librdkafka takes it as it is. The run's steps use the
-SASL listener only; compaction's connection is the one compact_cdc builds from ``CDC_KAFKA_CONFIG``
-and its ``--bootstrap-servers``, as the DAG starts it (in this process: a second JVM would double the
-test's time). Kafka is counted with a plain consumer on the plaintext listener, the lake read with
-delta-rs.
+SASL listener only; compaction's connection is the one compact_cdc builds from its Kafka config alone,
+bootstrap servers included (here from ``CDC_KAFKA_CONFIG``; the DAG gives the same JSON as Spark conf,
+see ``test_spark_job.py``), in this process: a second JVM would double the test's time. Kafka is
+counted with a plain consumer on the plaintext listener, the lake read with delta-rs.
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ def source_rows(pg: psycopg.Connection) -> dict[int, tuple[str, int]]:
 
 
 def job_kafka_client(kafka: KafkaClient, monkeypatch: pytest.MonkeyPatch) -> KafkaClient:
-    """The Kafka connection compact_cdc builds as the DAG starts it: the config in ``CDC_KAFKA_CONFIG``,
-    the bootstrap servers on its command line (which never carries the password)."""
+    """The Kafka connection compact_cdc builds from its config alone, as the DAG starts it: nothing of the
+    connection is on its command line."""
     monkeypatch.setenv("CDC_KAFKA_CONFIG", kafka.to_json())
-    argv = ["--table", TABLE, "--run-id", RUN, "--lake-root", "/lake", "--bootstrap-servers", kafka.bootstrap]
+    argv = ["--table", TABLE, "--run-id", RUN, "--lake-root", "/lake"]
     assert not any(kafka.properties["sasl.password"] in a for a in argv)
     return compact_cdc.kafka_client(compact_cdc.parse_args(argv))
 

@@ -46,7 +46,7 @@ def test_the_kafka_client_properties_come_from_the_environment_not_the_command_l
     common = ["--table", "public.customers", "--run-id", "r", "--lake-root", "/lake"]
     kafka = job.kafka_client(job.parse_args(common))
     assert kafka.bootstrap == "k1:9094" and kafka.properties["sasl.password"] == "secret"
-    # --bootstrap-servers (what the DAG renders) names the brokers; the properties stay
+    # --bootstrap-servers (by hand) overrides the config's brokers; the properties stay
     kafka = job.kafka_client(job.parse_args([*common, "--bootstrap-servers", "k2:9094"]))
     assert kafka.bootstrap == "k2:9094" and kafka.properties["sasl.username"] == "cdc"
     monkeypatch.delenv("CDC_KAFKA_CONFIG")

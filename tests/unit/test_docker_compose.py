@@ -586,13 +586,14 @@ def test_init_registers_the_connector_and_the_schema(services: dict[str, dict[st
     assert f"-f {target}" in script
 
 
-def test_init_script_is_valid_bash(services: dict[str, dict[str, Any]]) -> None:
+@pytest.mark.parametrize("name", ["init", "airflow-init"])
+def test_one_shot_scripts_are_valid_bash(services: dict[str, dict[str, Any]], name: str) -> None:
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("bash is not installed")
-    init = services["init"]
-    assert init["entrypoint"][:2] == ["/bin/bash", "-c"]
-    script = interpolate("\n".join(command_args(init)))
+    service = services[name]
+    assert service["entrypoint"][:2] == ["/bin/bash", "-c"]
+    script = interpolate("\n".join(command_args(service)))
     result = subprocess.run([bash, "-n", "-c", script], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
 
@@ -687,17 +688,6 @@ def test_admin_user_is_created_by_airflow_init(services: dict[str, dict[str, Any
     assert f"> {passwords}" in script
     assert "airflow db migrate" in script
     assert str(init.get("user")).startswith("0:"), "airflow-init gives the volumes to the Airflow user as root"
-
-
-def test_airflow_init_script_is_valid_bash(services: dict[str, dict[str, Any]]) -> None:
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("bash is not installed")
-    init = services["airflow-init"]
-    assert init["entrypoint"][:2] == ["/bin/bash", "-c"]
-    script = interpolate("\n".join(command_args(init)))
-    result = subprocess.run([bash, "-n", "-c", script], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr
 
 
 def test_a_triggerer_only_where_needed(services: dict[str, dict[str, Any]]) -> None:

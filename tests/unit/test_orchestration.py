@@ -148,10 +148,10 @@ def test_macros_render_connections():
     pg = Connection(host="db", port=6432, schema="app", login="cdc", password="p w'd")
     assert tasks.jdbc_url(pg) == "jdbc:postgresql://db:6432/app"
     assert tasks.libpq_dsn(pg) == "host=db port=6432 dbname=app user=cdc password='p w\\'d'"
-    assert tasks.kafka_bootstrap(Connection(host="k1:9092,k2:9092")) == "k1:9092,k2:9092"
-    assert tasks.kafka_bootstrap(Connection(host="k1", port=9092)) == "k1:9092"
+    assert tasks.kafka_client(Connection(host="k1:9092,k2:9092")).bootstrap == "k1:9092,k2:9092"
+    assert tasks.kafka_client(Connection(host="k1", port=9092)).bootstrap == "k1:9092"
     with pytest.raises(ConfigError, match="has no host"):
-        tasks.kafka_bootstrap(Connection(conn_id="cdc_kafka"))
+        tasks.kafka_client(Connection(conn_id="cdc_kafka"))
 
 
 SASL_EXTRA = {
@@ -170,8 +170,7 @@ def test_a_kafka_connections_extra_is_the_client_config():
     assert kafka.bootstrap == "k1:9094,k2:9094"
     assert kafka.properties == {k: v for k, v in SASL_EXTRA.items() if k != "bootstrap.servers"}
     assert kafka.spark_options()["kafka.sasl.jaas.config"].endswith('username="cdc" password="pa\\"ss";')
-    assert tasks.kafka_bootstrap(connection) == "k1:9094,k2:9094"
-    assert json.loads(tasks.kafka_config(connection)) == SASL_EXTRA
+    assert json.loads(kafka.to_json()) == SASL_EXTRA
     # the provider requires bootstrap.servers in the extra; the host is a fallback
     assert tasks.kafka_client(Connection(conn_type="kafka", host="k3", port=9092)).bootstrap == "k3:9092"
     with pytest.raises(ConfigError, match=r"'cdc_kafka' has no \"bootstrap.servers\" in its extra"):
@@ -188,7 +187,7 @@ def test_an_older_generic_connection_is_bootstrap_servers_in_its_host_and_its_ex
     connection = Connection(host="k1:9092", extra_dejson={"topic_prefix": "cdc", "connect_url": "http://c:8083"})
     kafka = tasks.kafka_client(connection)
     assert (kafka.bootstrap, dict(kafka.properties)) == ("k1:9092", {})
-    assert json.loads(tasks.kafka_config(connection)) == {"bootstrap.servers": "k1:9092"}
+    assert json.loads(kafka.to_json()) == {"bootstrap.servers": "k1:9092"}
 
 
 def test_the_python_tasks_run_object_gets_the_kafka_connection(monkeypatch):

@@ -52,7 +52,7 @@ def job_settings(connections: Iterable[str]) -> dict[str, str]:
         if source.password:
             settings[job_conf.SOURCE_PASSWORD] = source.password
     if KAFKA in wanted:
-        settings[job_conf.KAFKA_CONFIG] = tasks.kafka_config(tasks._connection(tasks.KAFKA_CONN))
+        settings[job_conf.KAFKA_CONFIG] = tasks.kafka_settings().to_json()  # bootstrap.servers included
     return settings
 
 

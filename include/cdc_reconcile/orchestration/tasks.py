@@ -115,16 +115,6 @@ def kafka_client(connection: Any) -> KafkaClient:
     return KafkaClient(servers)
 
 
-def kafka_bootstrap(connection: Any) -> str:
-    """The bootstrap servers of the ``cdc_kafka`` connection (``compact_cdc --bootstrap-servers``)."""
-    return kafka_client(connection).bootstrap
-
-
-def kafka_config(connection: Any) -> str:
-    """The ``cdc_kafka`` connection's client config as JSON, secrets included: for the job's properties file only."""
-    return kafka_client(connection).to_json()
-
-
 def mapped_table(task: Any) -> str:
     """The table a task of the mapped ``reconcile_table`` group works on, read from its rendered arguments.
 
@@ -173,7 +163,6 @@ def job(name: str) -> str:
 # connections' DSNs and credentials in their properties file (spark_job.CdcSparkSubmitOperator).
 MACROS = {
     "spark_jars": spark_jars,
-    "kafka_bootstrap": kafka_bootstrap,
     "python_executable": python_executable,
     "mapped_table": mapped_table,
 }
@@ -205,6 +194,11 @@ def source_database() -> SourceDatabase:
     )
 
 
+def kafka_settings() -> KafkaClient:
+    """The ``cdc_kafka`` connection as the product's Kafka client settings (Python tasks and Spark jobs alike)."""
+    return kafka_client(_connection(KAFKA_CONN))
+
+
 def lake_root() -> str:
     from airflow.sdk import Variable
 
@@ -219,7 +213,7 @@ def table_run(table_name: str, run_id: str) -> TableRun:
     settings = RunSettings(
         lake_root=lake_root(),
         state_dsn=state_dsn(),
-        kafka=kafka_client(_connection(KAFKA_CONN)),
+        kafka=kafka_settings(),
         source=source_database(),
         pipeline=config,
     )
