@@ -6,6 +6,7 @@ sized for a 2-core machine.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,8 @@ def local_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     session = build_session(app_name, master=f"local[{cores}]", conf=dict(conf or {}), jars=list(jars))
     session.sparkContext.setLogLevel("ERROR")
+    # py4j logs "Closing down clientserver connection" from __del__ after an xdist worker closed its stdout
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     return session
 
 
