@@ -9,8 +9,25 @@ cd "$ROOT"
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-logo
 # Fault scenarios marked `slow` run with `bash scripts/faults.sh` (or `-m slow`). A later -m in "$@"
-# overrides this one. Two xdist workers: the integration tests are one group on one worker (they share
-# the stack), the unit tests run on both (tests/conftest.py); CDC_TEST_WORKERS=0 runs everything in
-# this process. The 30 slowest tests are listed at the end: CI gives the command 90 minutes.
-exec .venv/bin/python -m pytest -n "${CDC_TEST_WORKERS:-2}" --dist loadgroup --timeout=1800 --durations=30 \
-  -m "not slow" "$@"
+# overrides this one. The 30 slowest tests are listed at the end: CI gives the command 90 minutes.
+PYTEST=(.venv/bin/python -m pytest --timeout=1800 --durations=30 -m "not slow")
+if [ "$#" -gt 0 ]; then
+  exec "${PYTEST[@]}" "$@"
+fi
+# Everything: the unit tests (no service, one local Spark) run in a second pytest beside the integration
+# tests, which share one embedded stack and run in order; on 2 cores the unit tests mostly use the CPU
+# the integration tests leave while they wait on Kafka, Debezium and Airflow. The unit run's output is
+# printed when both are done (and kept in test-artifacts/unit-tests.log).
+mkdir -p test-artifacts
+"${PYTEST[@]}" tests/unit > test-artifacts/unit-tests.log 2>&1 &
+unit=$!
+trap 'kill "$unit" 2>/dev/null || true' EXIT
+integration_status=0
+"${PYTEST[@]}" tests/integration || integration_status=$?
+unit_status=0
+wait "$unit" || unit_status=$?
+trap - EXIT
+echo "================================ unit tests ================================"
+cat test-artifacts/unit-tests.log
+echo "integration tests: exit ${integration_status}; unit tests: exit ${unit_status}"
+[ "$integration_status" -eq 0 ] && [ "$unit_status" -eq 0 ]

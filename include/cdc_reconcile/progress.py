@@ -6,16 +6,22 @@ steps name them, for example ``compact_cdc public.orders: events``), its stages'
 tasks, and the input records read so far by the application, from the driver's own status REST API
 when the Spark UI is on. The first line names the Spark UI's address. Lines go to standard error,
 which ``spark-submit`` hands to the Airflow task log.
+
+On Spark Connect (no SparkContext in the process) the server streams each operation's progress to the
+client: the line then names the step (:func:`current_step`), its stages' finished and total tasks and
+the bytes they read so far; the Spark UI is the server's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
 DEFAULT_INTERVAL = 20.0
@@ -33,11 +39,55 @@ def progress_interval() -> float:
         ) from exc
 
 
+_STEP: list[str] = []
+
+
+@contextlib.contextmanager
+def current_step(what: str) -> Iterator[None]:
+    """Name the step a Spark Connect session is running, for its progress lines."""
+    _STEP.append(what)
+    try:
+        yield
+    finally:
+        _STEP.pop()
+
+
+class _ConnectProgress:
+    """The latest progress of the session's running operation, as the Spark Connect server reports it."""
+
+    def __init__(self) -> None:
+        self.stages: dict[int, Any] = {}
+        self.running = False
+        self.lock = threading.Lock()
+
+    def __call__(self, stages: Iterable[Any] | None, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
+        with self.lock:
+            self.running = not done
+            if done:
+                self.stages = {}
+            for stage in stages or ():
+                self.stages[stage.stage_id] = stage
+
+    def report(self) -> str | None:
+        with self.lock:
+            if not self.running:
+                return None
+            stages = sorted(self.stages.values(), key=lambda stage: stage.stage_id)
+        step = _STEP[-1] if _STEP else "a Spark operation"
+        done = ", ".join(f"stage {s.stage_id} {s.num_completed_tasks}/{s.num_tasks} tasks" for s in stages)
+        read = sum(s.num_bytes_read for s in stages)
+        return f"{step} ({done or 'waiting'}); {read:,} bytes read by its stages so far"
+
+
 class SparkProgress:
     """A daemon thread that reports the session's active Spark jobs until the context ends."""
 
     def __init__(self, spark: Any, label: str, *, interval: float | None = None, out: TextIO | None = None) -> None:
-        self.context = spark.sparkContext
+        from .spark import is_connect
+
+        self.spark = spark
+        self.connect = _ConnectProgress() if is_connect(spark) else None
+        self.context = None if self.connect else spark.sparkContext
         self.label = label
         self.interval = progress_interval() if interval is None else interval
         self.out = out or sys.stderr
@@ -46,13 +96,19 @@ class SparkProgress:
         self._thread = threading.Thread(target=self._run, name="spark-progress", daemon=True)
 
     def __enter__(self) -> SparkProgress:
-        url = self.context.uiWebUrl
-        self._say(f"Spark UI: {url}" if url else "Spark UI: off (spark.ui.enabled=false)")
+        if self.connect is not None:
+            self._say("on a Spark Connect server: its Spark UI shows the jobs")
+            self.spark.registerProgressHandler(self.connect)
+        else:
+            url = self.context.uiWebUrl
+            self._say(f"Spark UI: {url}" if url else "Spark UI: off (spark.ui.enabled=false)")
         if self.interval > 0:
             self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.connect is not None:
+            self.spark.removeProgressHandler(self.connect)
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
@@ -71,6 +127,9 @@ class SparkProgress:
 
     def report(self) -> str | None:
         """One line on the active jobs, or None when no job is running."""
+        if self.connect is not None:
+            line = self.connect.report()
+            return None if line is None else f"{time.monotonic() - self.began:.0f}s; {line}"
         tracker = self.context.statusTracker()
         jobs = []
         for job_id in sorted(tracker.getActiveJobsIds()):

@@ -31,6 +31,17 @@ def spark_jars(spec: str | None = None) -> list[str]:
     return jars
 
 
+# Set per session, so a Spark Connect client can set them too; the rest of a job's settings (the
+# Delta Lake extension, jars, memory) belong to the server it connects to.
+SESSION_SETTINGS = (
+    "spark.sql.session.timeZone",
+    "spark.sql.shuffle.partitions",
+    "spark.sql.parquet.outputTimestampType",
+    "spark.databricks.delta.skipRecordingEmptyCommits",
+)
+REMOTE_ENV = "CDC_SPARK_REMOTE"
+
+
 def build_session(
     app_name: str,
     *,
@@ -38,20 +49,17 @@ def build_session(
     conf: dict[str, str] | None = None,
     jars: Sequence[str] | None = None,
     ui: bool = False,
+    remote: str | None = None,
 ) -> SparkSession:
     """A session for ``app_name``; ``master`` defaults to ``local[*]`` unless spark-submit set one.
 
     ``jars`` defaults to :func:`spark_jars` (``$CDC_SPARK_JARS``). ``ui`` starts the Spark UI (the jobs
-    do, for a person following a long step; tests and benchmarks do not pay for it).
+    do, for a person following a long step; tests and benchmarks do not pay for it). ``remote`` (an
+    ``sc://`` URL) makes it a Spark Connect session on a running server instead of a driver of its own:
+    only the per-session settings are sent, the server holds the rest (``cdc-stack`` starts one).
     """
     from pyspark.sql import SparkSession
 
-    jars = spark_jars() if jars is None else list(jars)
-    builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(master)
-    elif "spark.master" not in (conf or {}) and not os.environ.get("SPARK_ENV_LOADED"):
-        builder = builder.master(os.environ.get("CDC_SPARK_MASTER", "local[*]"))
     from .storage import SESSION_CONF
 
     settings = {
@@ -63,9 +71,40 @@ def build_session(
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.driver.memory": os.environ.get("CDC_SPARK_DRIVER_MEMORY", "2g"),
     }
+    settings.update(conf or {})
+    if remote:
+        builder = SparkSession.builder.remote(remote).appName(app_name)
+        for key in SESSION_SETTINGS:
+            builder = builder.config(key, settings[key])
+        return builder.create()  # a session of its own, never one another task of this process holds
+    jars = spark_jars() if jars is None else list(jars)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif "spark.master" not in (conf or {}) and not os.environ.get("SPARK_ENV_LOADED"):
+        builder = builder.master(os.environ.get("CDC_SPARK_MASTER", "local[*]"))
     if jars:
         settings["spark.jars"] = ",".join(jars)
-    settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no SparkContext in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks the session runs at once: ``defaultParallelism``, or on Spark Connect the server's
+    ``spark.default.parallelism``, else the cores of its ``local[N]`` master, else 2."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured:
+        return int(configured)
+    master = spark.conf.get("spark.master", None) or ""
+    cores = master.removeprefix("local[").rstrip("]") if master.startswith("local[") else ""
+    if cores.isdigit():
+        return int(cores)
+    return os.cpu_count() or 2 if cores == "*" else 2

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .kafka_client import KafkaClient, as_client
+from .progress import current_step
+from .spark import default_parallelism, is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,7 +41,7 @@ def read_kafka_range(
         .option("endingOffsets", ending)
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "true")
-        .option("minPartitions", str(min_partitions or spark.sparkContext.defaultParallelism))
+        .option("minPartitions", str(min_partitions or default_parallelism(spark)))
         .load()
         .select("topic", "partition", "offset", "key", "value")
     )
@@ -47,7 +49,14 @@ def read_kafka_range(
 
 @contextlib.contextmanager
 def described(spark: SparkSession, what: str) -> Iterator[None]:
-    """Name the Spark jobs of a block (Spark UI, event log, the bench's stage profile)."""
+    """Name the Spark jobs of a block (Spark UI, event log, the bench's stage profile).
+
+    On Spark Connect the server names the jobs by operation; the block's name goes to the progress lines.
+    """
+    if is_connect(spark):
+        with current_step(what):
+            yield
+        return
     context = spark.sparkContext
     previous = context.getLocalProperty("spark.job.description")
     context.setJobDescription(what)

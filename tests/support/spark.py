@@ -47,8 +47,17 @@ def _stack_jars() -> str:
     return str(StackConfig().spark_jars_dir)
 
 
+REMOTE_ENV = "CDC_TEST_SPARK_REMOTE"
+
+
 def unit_session() -> SparkSession:
-    """For unit tests: the jobs' jars (Delta Lake for the lake; no service is reached), one shuffle partition."""
+    """For unit tests: the jobs' jars (Delta Lake for the lake; no service is reached), one shuffle partition.
+
+    With ``$CDC_TEST_SPARK_REMOTE`` (an ``sc://`` URL) the tests run on that Spark Connect server instead.
+    """
+    if os.environ.get(REMOTE_ENV):
+        conf = {"spark.sql.shuffle.partitions": "1"}
+        return build_session("cdc-reconcile-unit-tests", conf=conf, remote=os.environ[REMOTE_ENV])
     return local_session("cdc-reconcile-unit-tests", conf=UNIT_CONF, jars=spark_jars(_stack_jars()))
 
 
