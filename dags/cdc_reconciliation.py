@@ -23,9 +23,11 @@ Connections: `cdc_state`, `cdc_source` (postgres), `cdc_kafka` (kafka: the extra
 `sasl.username`, `sasl.password`, `ssl.ca.location`; a generic connection whose host is the bootstrap
 servers still works), `spark_default`, optional `cdc_alerts` (slackwebhook, http webhook or smtp).
 Sealing reads Kafka through confluent-kafka and **compact_cdc** through Spark's Kafka source, with the
-same settings. Every Spark job gets the connections it reads as Spark configuration (`spark.cdc.*`) in a
-private properties file made when its task runs (`CdcSparkSubmitOperator`), never on its command line or in
-its environment, so client and cluster deploy modes work alike. Variables: `cdc_lake_root`,
+same settings. `spark_default` says where the Spark tasks run (`CdcSparkJobOperator`): a `spark_connect`
+connection runs each job in its task as a client of that long-lived Spark Connect server (no JVM per task),
+handing it the connections it reads in memory; a `spark` connection spark-submits a driver per task, with
+those connections as Spark configuration (`spark.cdc.*`) in a private properties file, never on its command
+line or in its environment, so client and cluster deploy modes work alike. Variables: `cdc_lake_root`,
 optional `cdc_gx_root`. Every task has an execution timeout, and a run not finished in time sends a
 critical alert (both in `cdc_reconcile.orchestration.limits`). The logic lives in
 `cdc_reconcile.orchestration`; this file only wires tasks.
@@ -40,7 +42,7 @@ from airflow.sdk import AssetAlias, Param, TriggerRule, dag, task, task_group
 from cdc_reconcile.orchestration import limits
 from cdc_reconcile.orchestration import tasks as steps
 from cdc_reconcile.orchestration.alerts import CRITICAL, WARNING, ReconciliationNotifier, run_deadline
-from cdc_reconcile.orchestration.spark_job import KAFKA, SOURCE, STATE, CdcSparkSubmitOperator
+from cdc_reconcile.orchestration.spark_job import KAFKA, SOURCE, STATE, CdcSparkJobOperator
 
 LAKE_TABLES = AssetAlias("cdc_lake_tables")
 RUN_ARGS = ["--run-id", "{{ run_id }}", "--lake-root", "{{ var.value.cdc_lake_root }}"]
@@ -55,9 +57,9 @@ GX_ROOT = "{{ var.value.get('cdc_gx_root', var.value.cdc_lake_root ~ '/../great_
 
 def spark_job(
     task_id: str, job: str, arguments: list, connections: tuple[str, ...] = (STATE,)
-) -> CdcSparkSubmitOperator:
+) -> CdcSparkJobOperator:
     """A Spark task; ``connections`` are the ones its job reads (only compact_cdc gets the Kafka config)."""
-    return CdcSparkSubmitOperator(
+    return CdcSparkJobOperator(
         task_id=task_id,
         application=steps.job(job),
         application_args=arguments,

@@ -8,8 +8,9 @@ when the Spark UI is on. The first line names the Spark UI's address. Lines go t
 which ``spark-submit`` hands to the Airflow task log.
 
 On Spark Connect (no SparkContext in the process) the server streams each operation's progress to the
-client: the line then names the step (:func:`current_step`), its stages' finished and total tasks and
-the bytes they read so far; the Spark UI is the server's.
+client: the line then names the step (:func:`current_step`), its stages' finished and total tasks, the
+bytes they read, and the input records of the session's own jobs (the server's REST API, by the job tags
+naming the session); the Spark UI is the server's.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class SparkProgress:
         self.spark = spark
         self.connect = _ConnectProgress() if is_connect(spark) else None
         self.context = None if self.connect else spark.sparkContext
+        self.ui_url, self.app_id = self._ui(spark)
         self.label = label
         self.interval = progress_interval() if interval is None else interval
         self.out = out or sys.stderr
@@ -95,13 +97,22 @@ class SparkProgress:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="spark-progress", daemon=True)
 
+    def _ui(self, spark: Any) -> tuple[str | None, str | None]:
+        """The Spark UI's address and the application's id: this driver's, or the Spark Connect server's."""
+        if self.context is not None:
+            return self.context.uiWebUrl, self.context.applicationId
+        conf = spark.conf
+        if (conf.get("spark.ui.enabled", "true") or "").lower() == "false":
+            return None, None
+        host = conf.get("spark.driver.host", None)
+        url = f"http://{host}:{conf.get('spark.ui.port', '4040')}" if host else None
+        return url, conf.get("spark.app.id", None)
+
     def __enter__(self) -> SparkProgress:
+        where = " (the Spark Connect server's; this job's jobs are tagged with its session)" if self.connect else ""
+        self._say(f"Spark UI: {self.ui_url}{where}" if self.ui_url else "Spark UI: off (spark.ui.enabled=false)")
         if self.connect is not None:
-            self._say("on a Spark Connect server: its Spark UI shows the jobs")
             self.spark.registerProgressHandler(self.connect)
-        else:
-            url = self.context.uiWebUrl
-            self._say(f"Spark UI: {url}" if url else "Spark UI: off (spark.ui.enabled=false)")
         if self.interval > 0:
             self._thread.start()
         return self
@@ -129,7 +140,11 @@ class SparkProgress:
         """One line on the active jobs, or None when no job is running."""
         if self.connect is not None:
             line = self.connect.report()
-            return None if line is None else f"{time.monotonic() - self.began:.0f}s; {line}"
+            if line is None:
+                return None
+            records = self._records_read()
+            read = "" if records is None else f"; {records:,} input records read by its stages so far"
+            return f"{time.monotonic() - self.began:.0f}s; {line}{read}"
         tracker = self.context.statusTracker()
         jobs = []
         for job_id in sorted(tracker.getActiveJobsIds()):
@@ -151,10 +166,9 @@ class SparkProgress:
         return f"{elapsed:.0f}s; " + "; ".join(jobs) + read
 
     def _rest(self, path: str) -> Any:
-        url = self.context.uiWebUrl
-        if not url:
+        if not self.ui_url or not self.app_id:
             return None
-        with urllib.request.urlopen(f"{url}/api/v1/applications/{self.context.applicationId}/{path}", timeout=5) as r:
+        with urllib.request.urlopen(f"{self.ui_url}/api/v1/applications/{self.app_id}/{path}", timeout=5) as r:
             return json.loads(r.read())
 
     def _descriptions(self) -> dict[int, str]:
@@ -165,10 +179,23 @@ class SparkProgress:
         return {job["jobId"]: job.get("description") or job.get("name", "") for job in jobs}
 
     def _records_read(self) -> int | None:
+        """Input records of the application's stages; on a Spark Connect server, of this session's jobs only."""
         try:
             stages = self._rest("stages")
+            mine = self._session_stages() if self.connect is not None else None
         except OSError:
             return None
         if stages is None:
             return None
-        return sum(int(stage.get("inputRecords", 0)) for stage in stages)
+        return sum(int(stage.get("inputRecords", 0)) for stage in stages if mine is None or stage["stageId"] in mine)
+
+    def _session_stages(self) -> set[int]:
+        """The stages of the jobs the server ran for this session (Spark Connect tags each with its id)."""
+        session = self.spark.session_id
+        jobs = self._rest("jobs") or []
+        return {
+            stage
+            for job in jobs
+            if any(session in tag for tag in job.get("jobTags", []))
+            for stage in job.get("stageIds", [])
+        }

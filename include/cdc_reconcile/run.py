@@ -49,6 +49,7 @@ from .lake import (
 )
 from .offline_docs import configured_assets_dir
 from .phase import Phase
+from .spark import kept
 from .spark_steps import described, read_kafka_range
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,7 @@ class TableRun:
         previous = None if full_rescan else previous_table(spark, lake, self.run_id, versions)[0]
         lineage = self._lineage(snapshot, previous)
         records = read_kafka_range(spark, self.kafka, starting, ending, min_partitions=kafka_min_partitions)
-        tagged = tag_envelopes(records).persist()
+        tagged = kept(tag_envelopes(records))
         parsed, bad_records = split_envelopes(tagged)
         self._write(parsed, lake.events, "events")
         events = run_partition(spark, lake.events, self.run_id)
@@ -291,8 +292,8 @@ class TableRun:
             # Only a range that may hold a decimal column's change of scale pays for each event's own
             # (its schema's) scale: the first run, a full rescan, a run after a column was retyped.
             changes = with_decimal_scales(changes)
-        marked = mark_duplicates(without_raw_values(changes), state=state).persist()
-        decoded = decode_changes(marked, spec, self.table.key, self.settings.decode_options, lineage).persist()
+        marked = kept(mark_duplicates(without_raw_values(changes), state=state))
+        decoded = kept(decode_changes(marked, spec, self.table.key, self.settings.decode_options, lineage))
         changelog, undecodable = changelog_rows(decoded, self.table.key)
         quarantined = bad_records.unionByName(foreign_events(events, name)).unionByName(
             with_raw_values(undecodable, events)
@@ -509,8 +510,8 @@ class TableRun:
 
         inputs = self._inputs
         changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=with_repairs)
-        as_of = self._as_of(changelog).persist()
-        diff = diff_rows(as_of, inputs.source, self.table.key, list(inputs.snapshot.spec)).persist()
+        as_of = kept(self._as_of(changelog))
+        diff = kept(diff_rows(as_of, inputs.source, self.table.key, list(inputs.snapshot.spec)))
         report = summarise(diff, as_of, inputs.source, self.table.key)
         as_of.unpersist()
         return report, diff
@@ -537,8 +538,8 @@ class TableRun:
         table = run_table(self.spark, self.lake, self.run_id)
         if table is None:
             raise PipelineError(f"{self.table.name}: no lake table for run {self.run_id!r}; run compact_cdc first")
-        as_of = self._as_of(run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)).persist()
-        diff = diff_rows(as_of, inputs.source, key, list(spec)).persist()
+        as_of = kept(self._as_of(run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)))
+        diff = kept(diff_rows(as_of, inputs.source, key, list(spec)))
         key_text = F.to_json(F.struct(*names.columns(key)))
         differences = diff.select(
             *names.columns(key),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 JARS_ENV = "CDC_SPARK_JARS"
 
@@ -73,6 +73,7 @@ def build_session(
     }
     settings.update(conf or {})
     if remote:
+        _deep_plans_allowed()
         builder = SparkSession.builder.remote(remote).appName(app_name)
         for key in SESSION_SETTINGS:
             builder = builder.config(key, settings[key])
@@ -88,6 +89,32 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+PROTOBUF_SWITCH = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+
+
+def _deep_plans_allowed() -> None:
+    """Have protobuf's pure-Python implementation build this process's Spark Connect plans.
+
+    A Spark Connect client sends each query as a protobuf tree. The decoders nest deeper than 100 levels
+    (one ``numeric(p,s)`` column: 105), and the default C implementation (upb) refuses to copy a message
+    nested deeper than that while the plan is built ("Exceeded upb_DecodeOptions_MaxDepth"); the
+    pure-Python one copies field by field (the server accepts 4,096 levels). The choice is made when
+    protobuf is first imported, so it is made here before pyspark's client imports it.
+    """
+    import sys
+
+    if "google.protobuf" not in sys.modules:
+        os.environ.setdefault(PROTOBUF_SWITCH, "python")
+    from google.protobuf.internal import api_implementation
+
+    if api_implementation.Type() != "python":
+        raise RuntimeError(
+            f"protobuf's {api_implementation.Type()} implementation was loaded before the Spark Connect session, "
+            f"and it cannot build the jobs' plans (deeper than 100 levels): set {PROTOBUF_SWITCH}=python in the "
+            "environment of the process (the Airflow worker)"
+        )
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -108,3 +135,17 @@ def default_parallelism(spark: SparkSession) -> int:
     if cores.isdigit():
         return int(cores)
     return os.cpu_count() or 2 if cores == "*" else 2
+
+
+def kept(frame: DataFrame) -> DataFrame:
+    """``frame`` kept for the steps that reuse it: ``persist()``, or on Spark Connect a local checkpoint.
+
+    A Spark Connect client sends a query's whole plan with every action. The decoded changes and the
+    as-of fold carry deep expression trees, and sending them again for each of a step's dozens of
+    actions (a validation's metrics) cost minutes of protobuf building; a checkpointed frame is sent
+    as a reference to the server's copy. The checkpoint is computed here (eagerly), as ``persist``
+    would be on first use.
+    """
+    if is_connect(frame.sparkSession):
+        return frame.localCheckpoint(eager=True)
+    return frame.persist()

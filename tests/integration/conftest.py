@@ -37,6 +37,8 @@ TEST_ENV = {
     "CDC_KAFKA_SASL_PASSWORD": os.environ.get("CDC_TEST_KAFKA_SASL_PASSWORD", 'te"st \\ sé cret'),
     "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_CONNECT_PORT", "28093"),
     "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "28190"),
+    "CDC_SPARK_CONNECT_PORT": os.environ.get("CDC_TEST_SPARK_CONNECT_PORT", "28512"),
+    "CDC_SPARK_CONNECT_UI_PORT": os.environ.get("CDC_TEST_SPARK_CONNECT_UI_PORT", "28551"),
     # HDFS for the tests that put the lake on hdfs:// (the developer's ports + 20; the cluster module's are + 10)
     "CDC_HDFS_NAMENODE_PORT": os.environ.get("CDC_TEST_STACK_HDFS_NAMENODE_PORT", "29040"),
     "CDC_HDFS_NAMENODE_HTTP_PORT": os.environ.get("CDC_TEST_STACK_HDFS_NAMENODE_HTTP_PORT", "29890"),
@@ -93,13 +95,14 @@ def airflow_stack(stack: Stack) -> Iterator[Stack]:
     stack.with_airflow = True
     os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"  # only the test's own runs; no hourly run in between
     try:
-        stack.airflow.start()
+        stack.start_airflow()
         yield stack
     finally:
         stack.with_airflow = False
         os.environ.pop("CDC_AIRFLOW_SCHEDULES", None)
-        stack.airflow.stop()
+        stack.stop_airflow()
         assert not stack.airflow.leftover_pids(), "airflow processes survived stop"
+        assert not stack.spark_connect.pids(), "the spark connect server survived stop"
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ import re
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psutil
@@ -31,9 +32,11 @@ import pytest
 
 from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
+from cdc_dev.stack.airflow import spark_connection
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
 from cdc_dev.stack.hdfs import hadoop_java
+from cdc_dev.stack.spark_connect import SparkConnectServer
 from cdc_dev.stack.topics import write_again
 from cdc_reconcile import kafka_offsets, run_state, state_store
 from cdc_reconcile.offline_docs import external_resources
@@ -135,7 +138,9 @@ def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, aler
     log = result.log.read_text()
     for job in ("snapshot_source", "compact_cdc", "validate"):
         assert re.search(rf"\[progress\] {job} {TABLE}: Spark UI: http://\S+:\d+", log), f"{job}: no Spark UI line"
-    progress = re.findall(r"\[progress\] compact_cdc public\.order_lines: \d+s; (.+?) \[airflow", log)
+    # spark-submit's lines reach the log through the hook's logger (" [airflow..." after them); a job on
+    # Spark Connect prints them in the task's own process
+    progress = re.findall(r"\[progress\] compact_cdc public\.order_lines: \d+s; (.+?)(?: \[airflow|$)", log, re.M)
     assert any(re.search(r"stage \d+ \d+/\d+ tasks", line) for line in progress), progress
     assert any(re.search(r"[\d,]+ input records read", line) for line in progress), progress
     assert task(result, "validate") == "success"
@@ -148,6 +153,34 @@ def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, aler
     assert initial["success"] and initial["counts"]["snapshot_rows"] == len(source_rows(pg))
     assert alerts.received == []
     assert lake_rows(spark, config) == source_rows(pg)
+
+
+def test_a_run_on_a_spark_connect_server_starts_no_driver_per_task(stack, config, pg, alerts, artifacts):
+    """The same run with ``spark_default`` a ``spark_connect`` connection: every Spark task is a client of
+    one long-lived server (``CDC_SPARK_CONNECT=on``), and the lake still equals the source (delta-rs)."""
+    on_connect = replace(config, spark_connect_enabled=True)
+    server = SparkConnectServer(on_connect, stack.hdfs.conf_dir)
+    server.start()
+    try:
+        stats = run_loader(config.pg_dsn, rate=0, count=200, tables=("order_lines",), seed=43)
+        assert stats.total() == 200
+        env = {PROGRESS_SWITCH: "1", "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(on_connect)}
+        result = dag_run(config, alerts, artifacts, "spark-connect", env=env)
+    finally:
+        server.stop()
+    assert result.state == "success", result
+    log = result.log.read_text()
+    for job in ("snapshot_source", "compact_cdc", "validate"):
+        assert f"{job} on the Spark Connect server {on_connect.spark_connect_url}/" in log, job
+        ui = rf"\[progress\] {job} {TABLE}: Spark UI: {on_connect.spark_connect_ui_url} \(the Spark Connect server's"
+        assert re.search(ui, log), f"{job}: no line naming the server's Spark UI"
+    assert not re.search("spark-submit cmd", log, re.I), "a Spark task spark-submitted a driver of its own"
+    progress = re.findall(r"\[progress\] compact_cdc public\.order_lines: \d+s; (.+)$", log, re.M)
+    assert any(re.search(r"stage \d+ \d+/\d+ tasks", line) for line in progress), progress
+    assert task(result, "validate") == "success" and task(result, "publish_lake_table") == "success"
+    assert outcome(config, result.run_id, Phase.BEFORE_REPAIR)["success"]
+    assert alerts.received == []
+    assert lake_rows(None, config) == source_rows(pg)
 
 
 def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_warning(

@@ -35,6 +35,12 @@ def test_connections_variable_and_per_checkout_settings(tmp_path: Path) -> None:
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:7777/execution/"
 
 
+def test_with_spark_connect_the_spark_tasks_are_its_clients(tmp_path: Path) -> None:
+    env = airflow_environment(StackConfig(run_dir=tmp_path, spark_connect_enabled=True, spark_connect_port=8888))
+    spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
+    assert (spark["conn_type"], spark["host"], spark["port"]) == ("spark_connect", "127.0.0.1", 8888)
+
+
 def test_shared_keys_are_drawn_once_per_run_folder(tmp_path: Path) -> None:
     config = StackConfig(run_dir=tmp_path)
     first, second = airflow_environment(config), airflow_environment(config)

@@ -146,11 +146,13 @@ def test_default_ports_differ_from_each_other_and_from_the_other_services(monkey
         "CDC_KAFKA_SASL_PORT",
         "CDC_CONNECT_PORT",
         "CDC_AIRFLOW_PORT",
+        "CDC_SPARK_CONNECT_PORT",
+        "CDC_SPARK_CONNECT_UI_PORT",
     )
     for name in (*PORTS, *others):
         monkeypatch.delenv(name, raising=False)
     ports = [value for name, value in vars(StackConfig()).items() if name.endswith("_port")]
-    assert len(ports) == len(set(ports)) == 14
+    assert len(ports) == len(set(ports)) == 16
 
 
 def test_up_with_cluster_asks_the_stack_for_it(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -90,7 +90,7 @@ def test_tasks_run_in_the_designed_order_per_table(dagbag):
     for upstream, downstream in itertools.pairwise(order):
         task = dag.get_task(f"reconcile_table.{upstream}")
         assert f"reconcile_table.{downstream}" in task.downstream_task_ids, f"{upstream} -> {downstream}"
-    spark_tasks = [t for t in dag.tasks if type(t).__name__ == "CdcSparkSubmitOperator"]
+    spark_tasks = [t for t in dag.tasks if type(t).__name__ == "CdcSparkJobOperator"]
     assert {t.task_id.split(".")[-1] for t in spark_tasks} == {
         "snapshot_source",
         "compact_cdc",
@@ -140,7 +140,7 @@ def test_spark_jobs_take_secrets_and_locations_from_connections_and_variables_at
 
     dag = dagbag.dags["cdc_reconciliation"]
     spark_tasks = [t for t in dag.tasks if isinstance(t, SparkSubmitOperator)]
-    assert spark_tasks and all(type(t).__name__ == "CdcSparkSubmitOperator" for t in spark_tasks)
+    assert spark_tasks and all(type(t).__name__ == "CdcSparkJobOperator" for t in spark_tasks)
     for task in spark_tasks:
         assert {"application_args", "conf"} <= set(task.template_fields), task.task_id
         args = " ".join(map(str, task.application_args))
@@ -160,7 +160,7 @@ def test_only_compact_cdc_gets_the_kafka_client_config_and_never_on_its_command_
     """SASL/TLS settings reach the Spark job in its properties file from the ``cdc_kafka`` connection;
     the bootstrap servers included, so nothing of the connection shows in the spark-submit command."""
     dag = dagbag.dags["cdc_reconciliation"]
-    spark_tasks = {t.task_id: t for t in dag.tasks if type(t).__name__ == "CdcSparkSubmitOperator"}
+    spark_tasks = {t.task_id: t for t in dag.tasks if type(t).__name__ == "CdcSparkJobOperator"}
     compact = spark_tasks.pop("reconcile_table.compact_cdc")
     assert set(compact.connections) == {"state", "kafka"}
     args = list(map(str, compact.application_args))
@@ -175,7 +175,7 @@ def test_every_task_has_a_finite_execution_timeout_and_seal_gives_up_first(dagba
     dag = dagbag.dags["cdc_reconciliation"]
     for task in dag.tasks:
         assert task.execution_timeout is not None, f"{task.task_id} may run forever"
-        if type(task).__name__ == "CdcSparkSubmitOperator":
+        if type(task).__name__ == "CdcSparkJobOperator":
             assert task.execution_timeout == limits.spark_task_timeout(), task.task_id
         else:
             assert task.execution_timeout <= limits.PYTHON_TASK, task.task_id

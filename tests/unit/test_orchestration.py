@@ -195,7 +195,7 @@ def test_the_python_tasks_run_object_gets_the_kafka_connection(monkeypatch):
         tasks.KAFKA_CONN: Connection(conn_type="kafka", extra_dejson=dict(SASL_EXTRA)),
         tasks.SOURCE_CONN: Connection(host="db", schema="app", login="cdc", password="pw"),
     }
-    monkeypatch.setattr(tasks, "_connection", connections.__getitem__)
+    monkeypatch.setattr(tasks, "connection", connections.__getitem__)
     monkeypatch.setattr(tasks, "state_dsn", lambda: "host=db dbname=state")
     monkeypatch.setattr(tasks, "lake_root", lambda: "/lake")
     run = tasks.table_run(TABLE, "run-1")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_reconcile.errors import UnreachableError
 from cdc_reconcile.jobs import job_conf
 from cdc_reconcile.orchestration import spark_job, tasks
 
@@ -61,8 +62,8 @@ def connections(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return ports
 
 
-def operator(connections_read: tuple[str, ...], job: str = "compact_cdc", **kwargs) -> spark_job.CdcSparkSubmitOperator:
-    return spark_job.CdcSparkSubmitOperator(
+def operator(connections_read: tuple[str, ...], job: str = "compact_cdc", **kwargs) -> spark_job.CdcSparkJobOperator:
+    return spark_job.CdcSparkJobOperator(
         task_id=f"t_{job}",
         application=tasks.job(job),
         application_args=["--table", "public.customers", "--run-id", "r1", "--lake-root", "/nonexistent"],
@@ -247,3 +248,21 @@ def test_a_real_spark_submit_hands_the_job_its_connections_and_logs_no_secret(
     assert f"{job_conf.STATE_DSN}=*********(redacted)" in log or f"({job_conf.STATE_DSN},*********(redacted))" in log
     for secret in (STATE_PASSWORD, KAFKA_PASSWORD, "SASL_PLAINTEXT"):
         assert secret not in log
+
+
+def test_a_spark_connect_server_that_does_not_answer_is_named_at_once(connections, monkeypatch):
+    port = closed_port()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1", "port": port})
+    )
+    named = rf"Spark Connect server 127\.0\.0\.1:{port} \(connection 'spark_default'\) does not answer"
+    with pytest.raises(UnreachableError, match=named):
+        operator(("state",), job="validate").execute({})
+
+
+def test_a_job_called_in_the_task_reads_the_settings_it_was_handed_and_not_the_environment(monkeypatch):
+    monkeypatch.setenv("CDC_STATE_DSN", "host=from-the-environment")
+    with job_conf.given({job_conf.STATE_DSN: "host=handed-over"}):
+        assert job_conf.setting(job_conf.submitted_conf(), job_conf.STATE_DSN) == "host=handed-over"
+    assert job_conf.submitted_conf() == {}
+    assert job_conf.setting(job_conf.submitted_conf(), job_conf.STATE_DSN) == "host=from-the-environment"

@@ -1,5 +1,5 @@
 """The embedded stack: PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium, optionally HDFS with a Spark
-standalone cluster and Airflow, on one machine, no Docker.
+standalone cluster, and Airflow with the Spark Connect server its Spark tasks run on, on one machine, no Docker.
 
 Imported by the command line, the demo and the tests; the pipeline itself never imports it.
 """
@@ -19,6 +19,7 @@ from .kafka import Kafka
 from .postgres import Postgres
 from .process import StackError, pid_alive, wait_until
 from .spark_cluster import SparkCluster, cluster_session_conf
+from .spark_connect import SparkConnectServer
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Stack:
         self.airflow = Airflow(self.config)
         self.hdfs = Hdfs(self.config)
         self.spark = SparkCluster(self.config, self.hdfs.conf_dir)
+        self.spark_connect = SparkConnectServer(self.config, self.hdfs.conf_dir)
         # Airflow costs a minute and a gigabyte, so ``up`` starts it only when asked; ``down`` and
         # ``status`` always cover it, so nothing it left running goes unnoticed.
         self.with_airflow = airflow
@@ -67,10 +69,25 @@ class Stack:
         if self.with_cluster:
             timings.update(self.start_cluster())
         if self.with_airflow:
-            began = time.monotonic()
-            self.airflow.start()
-            timings["airflow"] = round(time.monotonic() - began, 2)
+            timings.update(self.start_airflow())
         return timings
+
+    def start_airflow(self) -> dict[str, float]:
+        """The Spark Connect server the DAG's Spark tasks run on (with ``CDC_SPARK_CONNECT=on``), then
+        Airflow; seconds each."""
+        timings = {}
+        steps = [("airflow", self.airflow.start)]
+        if self.config.spark_connect_enabled:
+            steps.insert(0, ("spark-connect", self.spark_connect.start))
+        for name, step in steps:
+            began = time.monotonic()
+            step()
+            timings[name] = round(time.monotonic() - began, 2)
+        return timings
+
+    def stop_airflow(self) -> list[str]:
+        """Airflow, then the Spark Connect server; the names of those that ran."""
+        return [c.name for c in (self.airflow, self.spark_connect) if c.stop()]
 
     def start_cluster(self) -> dict[str, float]:
         """Start HDFS, then the Spark master and worker (executors need HDFS's configuration); seconds each."""
@@ -106,11 +123,9 @@ class Stack:
         return outcome if state == "RUNNING" else f"{outcome}, {state} by its user"
 
     def down(self, *, destroy: bool = False) -> list[str]:
-        """Stop Airflow, Spark, HDFS, Connect, Kafka, PostgreSQL in that order; ``destroy`` also removes
-        their data."""
-        stopped = []
-        if self.airflow.stop():
-            stopped.append("airflow")
+        """Stop Airflow, Spark Connect, Spark, HDFS, Connect, Kafka, PostgreSQL in that order; ``destroy``
+        also removes their data."""
+        stopped = self.stop_airflow()
         stopped += self.stop_cluster()
         if self.connect.stop():
             stopped.append("connect")
@@ -130,6 +145,7 @@ class Stack:
             [pid for pid in pids if pid is not None]
             + [pid for pid in self.postgres.server_pids() if pid_alive(pid)]
             + self.airflow.leftover_pids()
+            + self.spark_connect.pids()
             + self.spark.pids()
             + self.hdfs.pids()
         )
@@ -167,6 +183,11 @@ class Stack:
             result.append(ComponentStatus("connector", state == "RUNNING", ok, None, f"{state}; {tasks}"))
         if self.with_cluster or self.hdfs.pids() or self.spark.pids():
             result += self.cluster_status()
+        connect = self.spark_connect
+        if (self.with_airflow and self.config.spark_connect_enabled) or connect.process.running():
+            running, pid = connect.process.running(), connect.process.pid()
+            detail = f"{self.config.spark_connect_url}, Spark UI {self.config.spark_connect_ui_url}"
+            result.append(ComponentStatus("spark-connect", running, running and _safe(connect.healthy), pid, detail))
         if self.with_airflow or self.airflow.running():
             healthy = self.airflow.service_health()
             details = {

@@ -75,17 +75,32 @@ def _postgres_connection(config: StackConfig, description: str, database: str) -
     )
 
 
+def spark_connection(config: StackConfig) -> str:
+    """``spark_default``: spark-submit in local mode (each Spark task starts a driver of its own), or with
+    ``CDC_SPARK_CONNECT=on`` the stack's Spark Connect server."""
+    if config.spark_connect_enabled:
+        return json.dumps(
+            {
+                "conn_type": "spark_connect",
+                "description": "the stack's Spark Connect server: every Spark task runs on it as a client",
+                "host": config.host,
+                "port": config.spark_connect_port,
+            }
+        )
+    return json.dumps(
+        {
+            "conn_type": "spark",
+            "description": "Spark in local mode; point host at spark://HOST:PORT for a cluster",
+            "host": "local[*]",
+            "extra": {"spark-binary": "spark-submit", "deploy-mode": "client"},
+        }
+    )
+
+
 def connections(config: StackConfig) -> dict[str, str]:
     """The Airflow connections of the pipeline as ``AIRFLOW_CONN_*`` JSON environment variables."""
     found = {
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
-            {
-                "conn_type": "spark",
-                "description": "Spark in local mode; point host at spark://HOST:PORT for a cluster",
-                "host": "local[*]",
-                "extra": {"spark-binary": "spark-submit", "deploy-mode": "client"},
-            }
-        ),
+        "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(config),
         "AIRFLOW_CONN_CDC_SOURCE": _postgres_connection(config, "the captured PostgreSQL database", config.pg_database),
         "AIRFLOW_CONN_CDC_STATE": _postgres_connection(
             config, "run state (schema cdc_reconcile), a database of its own", config.state_database
@@ -155,6 +170,9 @@ def airflow_environment(config: StackConfig) -> dict[str, str]:
         "AIRFLOW__API__SECRET_KEY": keys["api_secret_key"],
         "AIRFLOW_VAR_CDC_LAKE_ROOT": str(config.lake_root),
         "CDC_SPARK_JARS": str(config.spark_jars_dir),
+        # the Spark tasks' plans on Spark Connect nest deeper than protobuf's C implementation copies
+        # (cdc_reconcile.spark.PROTOBUF_SWITCH); the jobs set it too when they can
+        "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
         # the table configuration the tasks and, through them, the Spark jobs read (empty: the built-in one)
         "CDC_TABLES_CONFIG": os.environ.get("CDC_TABLES_CONFIG", ""),
         "CDC_DATA_DOCS_ASSETS": str(config.data_docs_assets_dir),

@@ -73,6 +73,13 @@ class StackConfig:
     # other services, a driver and Airflow
     spark_worker_cores: int = field(default_factory=lambda: _env_count("CDC_SPARK_WORKER_CORES", 2))
     spark_worker_memory: str = field(default_factory=lambda: os.environ.get("CDC_SPARK_WORKER_MEMORY") or "4g")
+    # CDC_SPARK_CONNECT=on: a Spark Connect server, started with Airflow, that the DAG's Spark tasks run on
+    # (spark_default becomes a spark_connect connection); gRPC and its Spark UI. Off: each Spark task
+    # spark-submits a driver of its own
+    spark_connect_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_CONNECT_PORT", 28502))
+    spark_connect_ui_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_CONNECT_UI_PORT", 28540))
+    spark_connect_enabled: bool = field(default_factory=lambda: os.environ.get("CDC_SPARK_CONNECT", "off") == "on")
+    spark_connect_memory: str = field(default_factory=lambda: os.environ.get("CDC_SPARK_CONNECT_MEMORY") or "3g")
     host: str = "127.0.0.1"
     pg_database: str = "cdc_demo"
     # the pipeline's run state lives in a database of its own, as it may on users' hosts
@@ -186,6 +193,14 @@ class StackConfig:
     @property
     def spark_master_url(self) -> str:
         return f"spark://{self.host}:{self.spark_master_port}"
+
+    @property
+    def spark_connect_url(self) -> str:
+        return f"sc://{self.host}:{self.spark_connect_port}"
+
+    @property
+    def spark_connect_ui_url(self) -> str:
+        return f"http://{self.host}:{self.spark_connect_ui_port}"
 
     @property
     def spark_master_ui_url(self) -> str:

@@ -53,8 +53,17 @@ def run_dag(
     timeout: float = 1800,
     label: str = "dag-test",
 ) -> DagRunResult:
-    """One run of the DAG with ``params``; its output goes to ``<run dir>/logs/<label>-<n>.log``."""
+    """One run of the DAG with ``params``; its output goes to ``<run dir>/logs/<label>-<n>.log``.
+
+    With ``CDC_SPARK_CONNECT=on`` the Spark Connect server its Spark tasks run on is started first when it
+    is not running; ``Stack.down`` stops it.
+    """
     migrate(config)
+    if config.spark_connect_enabled:
+        from .hdfs import Hdfs
+        from .spark_connect import SparkConnectServer
+
+        SparkConnectServer(config, Hdfs(config).conf_dir).start()
     # Airflow 3.3's `dags test` fails after a successful run of a DAG with a deadline (apache/airflow#73428)
     env = {**os.environ, **airflow_environment(config), DEADLINE_SWITCH: "off", **(extra_env or {})}
     config.logs_dir.mkdir(parents=True, exist_ok=True)

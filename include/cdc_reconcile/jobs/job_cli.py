@@ -22,6 +22,7 @@ from typing import Any
 from ..config import TableConfig, load_config, parse_flag
 from ..errors import InputError, UnreachableError
 from ..run import RunSettings, TableRun
+from ..spark import REMOTE_ENV
 from . import job_conf
 
 EXIT_DONE = 0
@@ -57,6 +58,11 @@ def job_parser(prog: str, description: str, conf: Mapping[str, str] | None = Non
         help="YAML table configuration (default: $CDC_TABLES_CONFIG, else the packaged tables.py)",
     )
     parser.add_argument("--master", default=None, help="Spark master when not run by spark-submit")
+    parser.add_argument(
+        "--remote",
+        default=env(REMOTE_ENV) or None,
+        help=f"a Spark Connect server (sc://host:port) to run on, not a driver of its own (default: ${REMOTE_ENV})",
+    )
     return parser
 
 
@@ -85,18 +91,26 @@ def run_job(prog: str, args: argparse.Namespace, body: Callable[..., int]) -> in
 def spark_run(prog: str, table: TableConfig, args: argparse.Namespace, settings: RunSettings) -> Iterator[TableRun]:
     """The job's run object on its own SparkSession (``--master`` when not run by spark-submit), stopped after.
 
+    With ``--remote`` the session is a Spark Connect client of that server; when the block ends early (an
+    error, Airflow's execution timeout) its running operations are interrupted before it is released,
+    so nothing of the job goes on running on the server.
     The Spark UI is on unless ``CDC_SPARK_UI=off``; progress lines go to the task log while it runs.
     """
     from ..progress import SparkProgress
-    from ..spark import build_session
+    from ..spark import build_session, is_connect
 
     ui = os.environ.get(UI_SWITCH, "on").lower() != "off"
-    spark = build_session(f"{prog}:{table.name}", master=args.master, ui=ui)
+    spark = build_session(f"{prog}:{table.name}", master=args.master, ui=ui, remote=args.remote)
     run = TableRun(table, args.run_id, settings, spark=spark)
+    completed = False
     try:
         with SparkProgress(spark, f"{prog} {table.name}"):
             yield run
+        completed = True
     finally:
+        if is_connect(spark) and not completed:
+            with contextlib.suppress(Exception):  # the server may be the thing that failed
+                spark.interruptAll()
         run.spark.stop()
 
 

@@ -5,7 +5,8 @@ properties in a private ``--properties-file``, which spark-submit gives the driv
 mode alike (local, standalone, YARN, Kubernetes); no secret is on a command line or in an environment
 variable. A job reads them from the JVM's configuration before its session starts
 (:func:`submitted_conf`); its command-line options override them, and the old environment variables
-(``$CDC_STATE_DSN``...) are the fallback for running a job by hand.
+(``$CDC_STATE_DSN``...) are the fallback for running a job by hand. A job run inside its Airflow task
+on a Spark Connect server gets the same settings in memory (:func:`given`): no file, no JVM.
 
 Every key holding a secret (or a value that may embed one: a DSN, the Kafka config) is under
 ``spark.cdc.secret.``: Spark's default ``spark.redaction.regex`` (``(?i)secret|password|token|access[.]?key``)
@@ -14,8 +15,9 @@ matches it, so the Spark UI, the event log and ``spark-submit --verbose`` show i
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 STATE_DSN = "spark.cdc.secret.state.dsn"
@@ -36,6 +38,17 @@ ENV_FALLBACK = {
     KAFKA_CONFIG: "CDC_KAFKA_CONFIG",
 }
 PREFIX = "spark.cdc."
+_given: list[dict[str, str]] = []
+
+
+@contextlib.contextmanager
+def given(settings: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, :func:`submitted_conf` is ``settings``: a job called in this process (Spark Connect)."""
+    _given.append(dict(settings))
+    try:
+        yield
+    finally:
+        _given.pop()
 
 
 def submitted_conf() -> dict[str, str]:
@@ -47,6 +60,8 @@ def submitted_conf() -> dict[str, str]:
     JVM yet and gets nothing here (starting one now would fix its memory before the session asks).
     In a process whose SparkContext is running, its configuration is read.
     """
+    if _given:
+        return dict(_given[-1])
     from pyspark import SparkConf, SparkContext
 
     active = SparkContext._active_spark_context

@@ -1,12 +1,20 @@
-"""The DAG's Spark tasks: spark-submit of one job, its connections handed over as Spark configuration.
+"""The DAG's Spark tasks: one job on a Spark Connect server, or spark-submit of it, as ``spark_default`` says.
 
-:class:`CdcSparkSubmitOperator` resolves the connections a job needs when the task runs, writes them as
-``spark.cdc.*`` properties (:mod:`cdc_reconcile.jobs.job_conf`) to a file only the task's user can read
-(0600, in a private temporary folder removed when the task ends, failed or not), and passes it with
-spark-submit's ``--properties-file``. spark-submit hands those properties to the driver in client and
-cluster mode (YARN, Kubernetes) alike, where the provider's ``env_vars`` are refused (standalone cluster
-mode) or do not reach the driver. No secret is on the spark-submit command line the task logs, nor in an
-environment variable.
+When ``spark_default`` is a ``spark_connect`` connection (``CDC_SPARK_CONNECT=on`` on the stack), the job
+runs in the task's own process as a Spark Connect client of that long-lived server: no JVM starts for the
+task, the server's JIT and caches are warm, and the connections it reads are handed over in memory
+(:func:`cdc_reconcile.jobs.job_conf.given`). A job that ends early (an error, the execution timeout, the
+task killed) has its operations interrupted on the server. The server holds the deployment's Spark
+settings (master, jars, memory, the Delta Lake extension); the task's ``conf`` only applies to spark-
+submit.
+
+Otherwise (a ``spark`` connection), :class:`CdcSparkJobOperator` resolves the connections a job needs
+when the task runs, writes them as ``spark.cdc.*`` properties (:mod:`cdc_reconcile.jobs.job_conf`) to a
+file only the task's user can read (0600, in a private temporary folder removed when the task ends,
+failed or not), and passes it with spark-submit's ``--properties-file``. spark-submit hands those
+properties to the driver in client and cluster mode (YARN, Kubernetes) alike, where the provider's
+``env_vars`` are refused (standalone cluster mode) or do not reach the driver. No secret is on the
+spark-submit command line the task logs, nor in an environment variable.
 
 ``--properties-file`` alone would replace the deployment's ``conf/spark-defaults.conf``; the task also
 passes ``--load-spark-defaults`` (Spark 4), so the deployment's defaults still apply, under the job's
@@ -15,15 +23,20 @@ properties and the task's ``--conf`` settings.
 
 from __future__ import annotations
 
+import importlib
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from ..errors import UnreachableError
 from ..jobs import job_conf
 from . import tasks
 
@@ -32,6 +45,11 @@ SOURCE = "source"
 KAFKA = "kafka"
 CONNECTIONS = (STATE, SOURCE, KAFKA)
 LOAD_DEFAULTS = "--load-spark-defaults"
+SPARK_CONNECT = SparkConnectHook.conn_type
+
+
+class SparkJobFailed(RuntimeError):
+    """A job run on Spark Connect returned a non-zero exit code (:mod:`cdc_reconcile.jobs.job_cli`)."""
 
 
 def job_settings(connections: Iterable[str]) -> dict[str, str]:
@@ -67,17 +85,35 @@ class _DefaultsKeepingHook(SparkSubmitHook):
         return args
 
 
-class CdcSparkSubmitOperator(SparkSubmitOperator):
-    """``SparkSubmitOperator`` for a cdc_reconcile job; ``connections`` name what the job reads.
+def server_answers(url: str, conn_id: str, timeout: float = 10.0) -> None:
+    """Fail fast, naming the server and the connection, when nothing listens at ``url``'s address.
 
-    The job's settings go in a private properties file made for this try and removed after it. The
-    operator's own ``properties_file`` is not taken: put deployment settings in ``spark-defaults.conf``.
+    pyspark's client would retry a refused connection for minutes before the task learns of it.
+    """
+    address = urlparse(url.replace("sc://", "http://", 1))
+    try:
+        with socket.create_connection((address.hostname, address.port or 15002), timeout=timeout):
+            return
+    except OSError as exc:
+        raise UnreachableError(
+            f"the Spark Connect server {address.hostname}:{address.port or 15002} (connection {conn_id!r}) does not "
+            f"answer ({exc}): start it (CDC_SPARK_CONNECT=on cdc-stack up --with-airflow starts the stack's), "
+            f"or point {conn_id!r} at a running one, or make it a 'spark' connection to spark-submit each job"
+        ) from exc
+
+
+class CdcSparkJobOperator(SparkSubmitOperator):
+    """A cdc_reconcile job on Spark Connect or through spark-submit; ``connections`` name what the job reads.
+
+    On spark-submit, the job's settings go in a private properties file made for this try and removed
+    after it. The operator's own ``properties_file`` is not taken: put deployment settings in
+    ``spark-defaults.conf``.
     """
 
     def __init__(self, *, connections: Iterable[str] = (STATE,), **kwargs: Any) -> None:
         if kwargs.get("properties_file"):
             raise ValueError(
-                "CdcSparkSubmitOperator writes its own properties file; put deployment settings in "
+                "CdcSparkJobOperator writes its own properties file; put deployment settings in "
                 "spark-defaults.conf (still loaded) or in conf"
             )
         super().__init__(**kwargs)
@@ -88,6 +124,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         settings = job_settings(self.connections)
+        if tasks.connection(self._conn_id).conn_type == SPARK_CONNECT:
+            return self.run_on_spark_connect(SparkConnectHook(self._conn_id).get_connection_url(), settings)
         folder = tempfile.mkdtemp(prefix="cdc-spark-job-")  # 0700: the task's user only
         try:
             self.properties_file = str(job_conf.write_properties(Path(folder) / "cdc-job.properties", settings))
@@ -96,6 +134,23 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         finally:
             shutil.rmtree(folder, ignore_errors=True)
             self.properties_file = None
+
+    def run_on_spark_connect(self, url: str, settings: dict[str, str]) -> None:
+        """Call the job's ``main`` here, as a client of the server at ``url``; a non-zero exit fails the task."""
+        name = Path(self.application).stem
+        module = importlib.import_module(f"cdc_reconcile.jobs.{name}")
+        server_answers(url, self._conn_id)
+        arguments = [str(argument) for argument in self.application_args or []]
+        self.log.info("%s on the Spark Connect server %s: %s", name, url.split(";", 1)[0], " ".join(arguments))
+        with job_conf.given(settings):
+            code = module.main([*arguments, "--remote", url])
+        if code != 0:
+            raise SparkJobFailed(f"{name} exited with code {code} (the lines above say why; codes: jobs.job_cli)")
+
+    def on_kill(self) -> None:
+        """spark-submit's process is killed; a job on Spark Connect is interrupted as its call unwinds."""
+        if self._hook is not None:
+            super().on_kill()
 
     def _get_hook(self) -> SparkSubmitHook:
         hook = super()._get_hook()

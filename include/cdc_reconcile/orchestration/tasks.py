@@ -160,7 +160,7 @@ def job(name: str) -> str:
 
 
 # No macro renders a secret: a rendered field is stored and shown in the UI. The Spark tasks get the
-# connections' DSNs and credentials in their properties file (spark_job.CdcSparkSubmitOperator).
+# connections' DSNs and credentials in their properties file (spark_job.CdcSparkJobOperator).
 MACROS = {
     "spark_jars": spark_jars,
     "python_executable": python_executable,
@@ -171,7 +171,8 @@ MACROS = {
 # -- settings resolved at run time ------------------------------------------------------------------------
 
 
-def _connection(conn_id: str) -> Any:
+def connection(conn_id: str) -> Any:
+    """An Airflow connection, looked up when a task runs (never while the DAG is parsed)."""
     from airflow.sdk import BaseHook
 
     return BaseHook.get_connection(conn_id)
@@ -188,15 +189,13 @@ def source_database() -> SourceDatabase:
     """The captured database from the ``cdc_source`` connection: the watermark is written there."""
     from ..run import SourceDatabase
 
-    connection = _connection(SOURCE_CONN)
-    return SourceDatabase(
-        dsn=libpq_dsn(connection), jdbc_url=jdbc_url(connection), user=connection.login, password=connection.password
-    )
+    source = connection(SOURCE_CONN)
+    return SourceDatabase(dsn=libpq_dsn(source), jdbc_url=jdbc_url(source), user=source.login, password=source.password)
 
 
 def kafka_settings() -> KafkaClient:
     """The ``cdc_kafka`` connection as the product's Kafka client settings (Python tasks and Spark jobs alike)."""
-    return kafka_client(_connection(KAFKA_CONN))
+    return kafka_client(connection(KAFKA_CONN))
 
 
 def lake_root() -> str:
