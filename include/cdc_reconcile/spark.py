@@ -56,7 +56,8 @@ def build_session(
     ``jars`` defaults to :func:`spark_jars` (``$CDC_SPARK_JARS``). ``ui`` starts the Spark UI (the jobs
     do, for a person following a long step; tests and benchmarks do not pay for it). ``remote`` (an
     ``sc://`` URL) makes it a Spark Connect session on a running server instead of a driver of its own:
-    only the per-session settings are sent, the server holds the rest (``cdc-stack`` starts one).
+    only the per-session settings are sent, the server holds the rest (``CDC_SPARK_CONNECT=on cdc-stack up
+    --with-airflow`` starts one).
     """
     from pyspark.sql import SparkSession
 
@@ -134,7 +135,7 @@ def default_parallelism(spark: SparkSession) -> int:
     cores = master.removeprefix("local[").rstrip("]") if master.startswith("local[") else ""
     if cores.isdigit():
         return int(cores)
-    return os.cpu_count() or 2 if cores == "*" else 2
+    return (os.cpu_count() or 2) if cores == "*" else 2
 
 
 def kept(frame: DataFrame) -> DataFrame:
