@@ -155,7 +155,7 @@ def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, aler
     assert lake_rows(spark, config) == source_rows(pg)
 
 
-def test_a_run_on_a_spark_connect_server_starts_no_driver_per_task(stack, config, pg, alerts, artifacts):
+def test_a_run_on_a_spark_connect_server_starts_no_driver_per_task(stack, config, pg, alerts, artifacts, spark):
     """The same run with ``spark_default`` a ``spark_connect`` connection: every Spark task is a client of
     one long-lived server (``CDC_SPARK_CONNECT=on``), and the lake still equals the source (delta-rs)."""
     on_connect = replace(config, spark_connect_enabled=True)
@@ -180,7 +180,7 @@ def test_a_run_on_a_spark_connect_server_starts_no_driver_per_task(stack, config
     assert task(result, "validate") == "success" and task(result, "publish_lake_table") == "success"
     assert outcome(config, result.run_id, Phase.BEFORE_REPAIR)["success"]
     assert alerts.received == []
-    assert lake_rows(None, config) == source_rows(pg)
+    assert lake_rows(spark, config) == source_rows(pg)
 
 
 def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_warning(

@@ -92,10 +92,6 @@ class SparkConnectServer:
     def stop(self, timeout: float = 60) -> bool:
         return self.process.stop(timeout=timeout)
 
-    def kill(self) -> None:
-        """``kill -9`` the server (every running task's driver): a fault to inject."""
-        self.process.kill()
-
     def pids(self) -> list[int]:
         pid = self.process.pid()
         return [] if pid is None else [pid]
