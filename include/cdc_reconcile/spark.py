@@ -80,7 +80,6 @@ def build_session(
     }
     settings.update(conf or {})
     if remote:
-        _deep_plans_allowed()
         builder = SparkSession.builder.remote(remote).appName(app_name)
         for key in SESSION_SETTINGS:
             builder = builder.config(key, settings[key])
@@ -96,32 +95,6 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-PROTOBUF_SWITCH = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
-
-
-def _deep_plans_allowed() -> None:
-    """Have protobuf's pure-Python implementation build this process's Spark Connect plans.
-
-    A Spark Connect client sends each query as a protobuf tree. The decoders nest deeper than 100 levels
-    (one ``numeric(p,s)`` column: 105), and the default C implementation (upb) refuses to copy a message
-    nested deeper than that while the plan is built ("Exceeded upb_DecodeOptions_MaxDepth"); the
-    pure-Python one copies field by field (the server accepts 4,096 levels). The choice is made when
-    protobuf is first imported, so it is made here before pyspark's client imports it.
-    """
-    import sys
-
-    if "google.protobuf" not in sys.modules:
-        os.environ.setdefault(PROTOBUF_SWITCH, "python")
-    from google.protobuf.internal import api_implementation
-
-    if api_implementation.Type() != "python":
-        raise RuntimeError(
-            f"protobuf's {api_implementation.Type()} implementation was loaded before the Spark Connect session, "
-            f"and it cannot build the jobs' plans (deeper than 100 levels): set {PROTOBUF_SWITCH}=python in the "
-            "environment of the process (the Airflow worker)"
-        )
 
 
 def is_connect(spark: SparkSession) -> bool:

@@ -170,9 +170,6 @@ def airflow_environment(config: StackConfig) -> dict[str, str]:
         "AIRFLOW__API__SECRET_KEY": keys["api_secret_key"],
         "AIRFLOW_VAR_CDC_LAKE_ROOT": str(config.lake_root),
         "CDC_SPARK_JARS": str(config.spark_jars_dir),
-        # the Spark tasks' plans on Spark Connect nest deeper than protobuf's C implementation copies
-        # (cdc_reconcile.spark.PROTOBUF_SWITCH); the jobs set it too when they can
-        "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python",
         # the table configuration the tasks and, through them, the Spark jobs read (empty: the built-in one)
         "CDC_TABLES_CONFIG": os.environ.get("CDC_TABLES_CONFIG", ""),
         "CDC_DATA_DOCS_ASSETS": str(config.data_docs_assets_dir),

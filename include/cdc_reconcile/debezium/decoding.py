@@ -25,66 +25,85 @@ DECODE_ERRORS_FIELD = "__decode_errors"
 _TWO_POW_64 = "18446744073709551616"
 
 
+def _twos_complement_parts(hexed: Column) -> tuple[Column, Column]:
+    """(negative, magnitude) of a big-endian two's-complement integer given as hex digits.
+
+    The bytes are sign-extended to 128 bits; for negatives the hex digits are complemented
+    (|v| = ~v + 1) so both halves are unsigned, each half goes through `conv` (64-bit unsigned), and
+    |v| = hi * 2^64 + (lo + 1) is summed with try_ arithmetic into decimal(38,0), null beyond 38
+    digits. The magnitude is only meaningful for 1 to 16 bytes: see `_fits_128_bits`. ``hexed`` must
+    be bound (a column or a lambda variable): it is read several times.
+    """
+    negative = hexed >= F.lit("8")  # a first hex digit of 8-F (upper case)
+    bits = F.when(negative, F.translate(F.lpad(hexed, 32, "F"), "0123456789ABCDEF", "FEDCBA9876543210")).otherwise(
+        F.lpad(hexed, 32, "0")
+    )
+    hi = F.conv(F.substring(bits, 1, 16), 16, 10).cast(T.DecimalType(20, 0))
+    lo = F.conv(F.substring(bits, 17, 16), 16, 10).cast(T.DecimalType(20, 0))
+    carry = F.when(negative, F.lit(1)).otherwise(F.lit(0)).cast(T.DecimalType(1, 0))
+    magnitude = F.try_add(F.try_multiply(hi, F.lit(_TWO_POW_64).cast(T.DecimalType(20, 0))), F.try_add(lo, carry))
+    return negative, magnitude
+
+
+def _fits_128_bits(hexed: Column) -> Column:
+    return F.length(hexed).between(2, 32)
+
+
+def _base64_hex(b64: Column) -> Column:
+    return F.hex(F.try_to_binary(b64, F.lit("base64")))
+
+
 def twos_complement_to_unscaled(b64: Column) -> Column:
     """Decode a base64 big-endian two's-complement integer (Kafka Connect Decimal) to decimal(38,0).
 
-    Exact for every value of up to 38 digits, negative ones included, using built-ins only: the
-    bytes are sign-extended to 128 bits as hex; for negatives the hex digits are complemented
-    (|v| = ~v + 1) so both halves are unsigned, each half goes through `conv` (64-bit unsigned),
-    and |v| = hi * 2^64 + lo (+1) is summed with try_ arithmetic. Values longer than 16 bytes or
-    beyond 38 digits give null instead of an overflow. Negation is a subtraction from zero: Spark's
-    unary minus on decimals rounds to 34 digits.
+    Exact for every value of up to 38 digits, negative ones included, using built-ins only (see
+    `_twos_complement_parts`). Values longer than 16 bytes or beyond 38 digits give null instead of
+    an overflow. Negation is a subtraction from zero: Spark's unary minus on decimals rounds to 34
+    digits.
     """
 
-    def from_hex(hexed: Column) -> Column:
-        negative = F.substring(hexed, 1, 1).isin(*"89ABCDEF")
-        padded = F.when(negative, F.lpad(hexed, 32, "F")).otherwise(F.lpad(hexed, 32, "0"))
-        bits = F.when(negative, F.translate(padded, "0123456789ABCDEF", "FEDCBA9876543210")).otherwise(padded)
-        return let(bits, lambda b: magnitude(b, negative))
-
-    def magnitude(bits: Column, negative: Column) -> Column:
-        hi = F.conv(F.substring(bits, 1, 16), 16, 10).cast(T.DecimalType(20, 0))
-        lo = F.conv(F.substring(bits, 17, 16), 16, 10).cast(T.DecimalType(20, 0))
-        carry = F.when(negative, F.lit(1)).otherwise(F.lit(0)).cast(T.DecimalType(1, 0))
-        mag = F.try_add(F.try_add(F.try_multiply(hi, F.lit(_TWO_POW_64).cast(T.DecimalType(20, 0))), lo), carry)
+    def signed(hexed: Column) -> Column:
+        negative, magnitude = _twos_complement_parts(hexed)
         zero = F.lit(0).cast(T.DecimalType(1, 0))
-        return let(mag, lambda m: F.when(negative, F.try_subtract(zero, m)).otherwise(m))
+        return F.when(
+            _fits_128_bits(hexed), let(magnitude, lambda m: F.when(negative, F.try_subtract(zero, m)).otherwise(m))
+        )
 
-    def from_bytes(raw: Column) -> Column:
-        n_bytes = F.length(raw)
-        return F.when((n_bytes >= 1) & (n_bytes <= 16), let(F.hex(raw), from_hex))
-
-    return let(F.try_to_binary(b64, F.lit("base64")), from_bytes)
+    return let(_base64_hex(b64), signed)
 
 
-def _scaled_string(unscaled: Column, scale: Column) -> Column:
-    """Plain decimal text of unscaled * 10^-scale, exact for any scale (string placement of the point).
+def _placed_decimal(digits: Column, negative: Column, scale: Column, dt: T.DecimalType, valid: Column) -> Column:
+    """``digits`` (a magnitude's plain digits) * 10^-``scale`` with its sign, cast to ``dt``; null unless
+    ``valid``, and when that would round away non-zero digits or overflow.
 
-    Works on the digits as text because decimal abs/negation in Spark round beyond 34 digits.
+    The point is placed in the text, exact for any scale, because decimal arithmetic in Spark rounds
+    beyond 34 digits. ``digits`` must be bound; ``negative`` and ``scale`` are read several times.
+    """
+    whole = (
+        F.when(scale <= 0, F.concat(digits, F.repeat(F.lit("0"), -scale)))
+        .when(F.length(digits) > scale, F.left(digits, F.length(digits) - scale))
+        .otherwise(F.lit("0"))
+    )
+    fraction = F.when(scale > 0, F.concat(F.lit("."), F.lpad(F.right(digits, scale), scale, F.lit("0"))))
+    signed = F.concat(F.when(negative, F.lit("-")).otherwise(F.lit("")), whole, F.coalesce(fraction, F.lit("")))
+    kept_exactly = F.right(digits, scale - dt.scale).rlike("^0*$")
+    return F.when(valid & kept_exactly, signed.try_cast(dt))
+
+
+def _decimal_of_twos_complement(b64: Column, scale: Column, dt: T.DecimalType) -> Column:
+    """A Kafka Connect Decimal (base64 unscaled two's complement) at ``scale``, as ``dt`` exactly or null.
+
+    Two bindings deep, so the expression stays shallow enough for a Spark Connect client's protobuf.
     """
 
-    def place(text: Column, s: Column) -> Column:
-        negative = text.startswith("-")
-        digits = F.regexp_replace(text, "^-", "")
-        pos_scale = F.greatest(s, F.lit(0))
-        digits = F.when(s < 0, F.concat(digits, F.repeat(F.lit("0"), -s))).otherwise(digits)
-        width = F.greatest(F.length(digits), pos_scale + 1)
-        return let(F.lpad(digits, width, F.lit("0")), lambda padded: point(padded, pos_scale, negative))
+    def placed(hexed: Column) -> Column:
+        negative, magnitude = _twos_complement_parts(hexed)
+        return let(
+            magnitude.cast(T.StringType()),
+            lambda digits: _placed_decimal(digits, negative, scale, dt, _fits_128_bits(hexed) & scale.isNotNull()),
+        )
 
-    def point(padded: Column, pos_scale: Column, negative: Column) -> Column:
-        n = F.length(padded)
-        int_part = padded.substr(F.lit(1), n - pos_scale)
-        frac_part = padded.substr(n - pos_scale + 1, pos_scale)
-        sign = F.when(negative, F.lit("-")).otherwise(F.lit(""))
-        body = F.when(pos_scale > 0, F.concat(int_part, F.lit("."), frac_part)).otherwise(int_part)
-        return F.concat(sign, body)
-
-    return let(
-        F.struct(unscaled.cast(T.StringType()).alias("t"), scale.cast(T.IntegerType()).alias("s")),
-        lambda v: F.when(
-            v.getField("t").isNotNull() & v.getField("s").isNotNull(), place(v.getField("t"), v.getField("s"))
-        ),
-    )
+    return let(_base64_hex(b64), placed)
 
 
 def _exact_decimal(text: Column, dt: T.DecimalType) -> Column:
@@ -102,12 +121,7 @@ def _decode_decimal(
 ) -> Column:
     def variable(raw_struct: Column) -> Column:
         vs = F.from_json(raw_struct, "scale int, value string")
-        return let(
-            vs,
-            lambda v: _exact_decimal(
-                _scaled_string(twos_complement_to_unscaled(v.getField("value")), v.getField("scale")), dt
-            ),
-        )
+        return let(vs, lambda v: _decimal_of_twos_complement(v.getField("value"), v.getField("scale"), dt))
 
     mode = options.decimal_handling_mode
     if mode == "precise":
@@ -116,7 +130,7 @@ def _decode_decimal(
         else:
             known_scale = max(t.args[1], 0) if len(t.args) > 1 else 0
         scale = F.lit(known_scale) if event_scale is None else F.coalesce(event_scale, F.lit(known_scale))
-        fixed = _exact_decimal(_scaled_string(twos_complement_to_unscaled(raw), scale), dt)
+        fixed = _decimal_of_twos_complement(raw, scale, dt)
     elif mode == "string":
         fixed = _exact_decimal(raw, dt)
     else:
@@ -170,11 +184,10 @@ def _decode_bits(raw: Column, t: PgType) -> Column:
 
 
 def _decode_scalar(raw: Column, t: PgType, options: DecodeOptions, event_scale: Column | None = None) -> Column:
-    """One Debezium-encoded value (as text) to its Spark type; null when absent or undecodable."""
-    return let(raw, lambda r: _decode_bound(r, t, options, event_scale))
+    """One Debezium-encoded value (as text) to its Spark type; null when absent or undecodable.
 
-
-def _decode_bound(raw: Column, t: PgType, options: DecodeOptions, event_scale: Column | None = None) -> Column:
+    ``raw`` must be bound (a lambda variable or a column): it is read several times.
+    """
     dt = spark_type(t, options)
     is_int = raw.rlike(INT_RE)
     if isinstance(dt, T.DecimalType):

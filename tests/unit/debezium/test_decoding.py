@@ -485,3 +485,82 @@ def test_a_tstzrange_reads_in_utc_whatever_zone_printed_it(spark):
         assert decoded.select("span").first()[0] == utc, key
     snapshot_rows = spark.createDataFrame([(k, t) for k, (t, _) in printed.items()], "id int, span string")
     assert {r.id: r.span for r in transform(snapshot_rows, spec).collect()} == {k: u for k, (_, u) in printed.items()}
+
+
+# Every column type the decoders know, as scalars and arrays, with the options that change the decoder.
+_EVERY_TYPE = [
+    *(
+        f"{t}{array}"
+        for t in (
+            "smallint",
+            "integer",
+            "bigint",
+            "numeric(12,2)",
+            "numeric",
+            "money",
+            "real",
+            "double precision",
+            "boolean",
+            "text",
+            "uuid",
+            "json",
+            "bytea",
+            "date",
+            "time",
+            "timetz",
+            "timestamp(3)",
+            "timestamp",
+            "timestamptz",
+            "interval",
+            "bit(1)",
+            "bit(8)",
+            "bit varying",
+            "point",
+            "hstore",
+            "tstzrange",
+        )
+        for array in ("", "[]")
+    )
+]
+# A Spark Connect client copies each column of a projection into the plan as one protobuf message, and
+# protobuf's C implementation (upb, pyspark's default) refuses to copy one nested deeper than 100 levels.
+_UPB_MAX_DEPTH = 100
+
+
+def _message_depth(message) -> int:
+    from google.protobuf.message import Message
+
+    deepest = 0
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE or field.message_type.GetOptions().map_entry:
+            continue
+        for item in value if not isinstance(value, Message) else [value]:
+            deepest = max(deepest, _message_depth(item))
+    return deepest + 1
+
+
+@pytest.mark.parametrize("options", [DecodeOptions(), DecodeOptions(decimal_handling_mode="string")])
+def test_every_types_decoder_is_shallow_enough_for_a_spark_connect_client(monkeypatch, options):
+    """Built as a Spark Connect plan (no server is needed to build one), the decoded image of every type,
+    with a renamed-column fill and the events' own decimal scales, stays within the C implementation's
+    limit; under that implementation the column is also copied into a projection for real."""
+    from google.protobuf.internal import api_implementation
+    from pyspark.sql.connect.proto import relations_pb2
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # pyspark.sql.functions builds Connect columns
+    depths = {}
+    for pg_type in _EVERY_TYPE:
+        image = decode_image(
+            F.col("after"),
+            {"id": "bigint", "c": pg_type},
+            options,
+            fills={"c": ("c_before_rename", F.lit(None))},
+            scales=F.col("decimal_scales"),
+        )
+        plan = image.alias("after_row")._expr.to_plan(None)
+        depths[pg_type] = _message_depth(plan)
+        if api_implementation.Type() == "upb":
+            relations_pb2.Project().expressions.append(plan)
+    too_deep = {t: d for t, d in depths.items() if d > _UPB_MAX_DEPTH}
+    assert not too_deep, too_deep
+    assert max(depths.values()) > 50, depths  # the measure sees the nesting at all
