@@ -9,10 +9,12 @@ plain producer (exact redeliveries, what at-least-once delivery does), so the su
 reconcile and second validation run too.
 
 Each run is triggered through the REST API like the UI's trigger form and timed from ``queued_at`` to
-``end_date`` as Airflow recorded them. Per task: wall seconds from the task instances, and Spark jobs
-from the Spark event logs (``spark.eventLog.enabled`` through ``SPARK_CONF_DIR``, which the scheduler's
-``spark-submit`` inherits). Peak memory: the sum of the resident memory of every JVM and Python
-process under the Airflow scheduler, sampled every 0.25 s. Beside each run, the same run's changes
+``end_date`` as Airflow recorded them. Per task: wall seconds from the task instances, and the Spark
+jobs submitted while it ran, from the Spark event logs (``spark.eventLog.enabled`` through
+``SPARK_CONF_DIR``, which the scheduler's ``spark-submit`` and the Spark Connect server inherit). Peak
+memory: the sum of the resident memory of every JVM and Python process under the Airflow scheduler,
+and of the Spark Connect server when the tasks run on one (``CDC_SPARK_CONNECT=on``), sampled every
+0.25 s. Beside each run, the same run's changes
 counted from Kafka with a plain consumer say what the run had to read.
 
 Results go to ``bench/results/dag-runs-<timestamp>.json`` and ``.md``. Nothing here asserts a speed.
@@ -116,46 +118,41 @@ def spark_event_logs(run_dir: Path) -> Path:
     return events
 
 
-def spark_applications(events: Path, seen: set[str]) -> list[dict[str, Any]]:
-    """Name, start time (epoch ms) and Spark job count of each event log not read before (``seen`` grows)."""
-    applications = []
+def spark_job_times(events: Path) -> list[int]:
+    """Submission time (epoch ms) of every Spark job in the event logs: one log per ``spark-submit``
+    application, or the Spark Connect server's one log for all tasks."""
+    times = []
     for log in sorted(events.iterdir()):
-        if log.name in seen or not log.is_file():
+        if not log.is_file():
             continue
-        seen.add(log.name)
-        application = {"name": log.name, "started_ms": 0, "jobs": 0}
         with log.open() as lines:
             for line in lines:
                 if '"SparkListenerJobStart"' in line:
-                    application["jobs"] += 1
-                elif '"SparkListenerApplicationStart"' in line:
-                    event = json.loads(line)
-                    application["name"] = event.get("App Name", log.name)
-                    application["started_ms"] = event.get("Timestamp", 0)
-        applications.append(application)
-    return applications
+                    times.append(json.loads(line).get("Submission Time", 0))
+    return times
 
 
-def spark_jobs_by_task(task_instances: list[dict[str, Any]], applications: list[dict[str, Any]]) -> dict[str, int]:
-    """Spark jobs per task: an application belongs to the task instance running when it started."""
+def spark_jobs_by_task(task_instances: list[dict[str, Any]], job_times: list[int]) -> dict[str, int]:
+    """Spark jobs per task: a job belongs to the task instance running when it was submitted."""
     jobs: dict[str, int] = {}
-    for application in applications:
-        started = dt.datetime.fromtimestamp(application["started_ms"] / 1000, dt.UTC)
-        for ti in task_instances:
-            if not ti.get("start_date") or not ti.get("end_date"):
-                continue
-            if dt.datetime.fromisoformat(ti["start_date"]) <= started <= dt.datetime.fromisoformat(ti["end_date"]):
-                name = ti["task_id"].rsplit(".", 1)[-1]
-                jobs[name] = jobs.get(name, 0) + application["jobs"]
-                break
+    for ti in task_instances:
+        if not ti.get("start_date") or not ti.get("end_date"):
+            continue
+        start = dt.datetime.fromisoformat(ti["start_date"]).timestamp() * 1000
+        end = dt.datetime.fromisoformat(ti["end_date"]).timestamp() * 1000
+        count = sum(1 for submitted in job_times if start <= submitted <= end)
+        if count:
+            name = ti["task_id"].rsplit(".", 1)[-1]
+            jobs[name] = jobs.get(name, 0) + count
     return jobs
 
 
 class TreeMemory:
-    """Peak summed resident memory of a process tree (the scheduler's task runners and their JVMs)."""
+    """Peak summed resident memory of process trees: the scheduler's (task runners and their JVMs) and,
+    on Spark Connect, the server's."""
 
-    def __init__(self, root_pid: int, interval: float = 0.25) -> None:
-        self.root_pid = root_pid
+    def __init__(self, root_pids: list[int], interval: float = 0.25) -> None:
+        self.root_pids = root_pids
         self.interval = interval
         self.peak_total = 0
         self.peak_jvm = 0
@@ -164,13 +161,16 @@ class TreeMemory:
 
     def _sample(self) -> None:
         total = jvm = 0
-        with contextlib.suppress(psutil.Error):
-            for process in psutil.Process(self.root_pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    rss = process.memory_info().rss
-                    total += rss
-                    if "java" in process.name():
-                        jvm += rss
+        for root in self.root_pids:
+            with contextlib.suppress(psutil.Error):
+                top = psutil.Process(root)
+                processes = top.children(recursive=True) + ([top] if "java" in top.name() else [])
+                for process in processes:
+                    with contextlib.suppress(psutil.Error):
+                        rss = process.memory_info().rss
+                        total += rss
+                        if "java" in process.name():
+                            jvm += rss
         self.peak_total = max(self.peak_total, total)
         self.peak_jvm = max(self.peak_jvm, jvm)
 
@@ -210,9 +210,9 @@ def range_records(config: StackConfig, run_id: str) -> int:
     return sum(sealed.end[p] - sealed.start.get(p, 0) for p in sealed.end)
 
 
-def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, seen: set[str], timeout: float) -> dict:
-    scheduler_pid = stack.airflow.processes["scheduler"].pid()
-    with TreeMemory(scheduler_pid) as memory:
+def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: float) -> dict:
+    roots = [stack.airflow.processes["scheduler"].pid(), *stack.spark_connect.pids()]
+    with TreeMemory([pid for pid in roots if pid]) as memory:
         run_id = api.trigger({"tables": [TABLE]})
         state, task_instances = follow_run(api, run_id, timeout)
     run = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}")
@@ -221,7 +221,7 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, seen: set[st
         "state": state,
         "seconds": round(_seconds(run.get("queued_at"), run.get("end_date")), 1),
         "tasks": task_seconds(task_instances),
-        "spark_jobs": spark_jobs_by_task(task_instances, spark_applications(events, seen)),
+        "spark_jobs": spark_jobs_by_task(task_instances, spark_job_times(events)),
         "peak_rss_mib": round(memory.peak_total / 2**20),
         "peak_jvm_rss_mib": round(memory.peak_jvm / 2**20),
     }
@@ -233,7 +233,6 @@ def run_scenario(scenario: Scenario, repeats: int, timeout: float) -> dict[str, 
     config = stack.config
     stack.down(destroy=True)
     events = spark_event_logs(config.run_dir)
-    seen: set[str] = set()
     try:
         stack.up(register=False)
         load_rows(config.pg_dsn, scenario.rows)
@@ -241,7 +240,7 @@ def run_scenario(scenario: Scenario, repeats: int, timeout: float) -> dict[str, 
         api = AirflowApi(config)
         wait_until(lambda: _dag_ready(api), timeout=300, what=f"DAG {DAG_ID} parsed", interval=2)
         print(f"== {scenario.name}: first run over {scenario.rows:,} rows (builds the lake; not measured)")
-        first = trigger_and_follow(api, stack, events, seen, timeout)
+        first = trigger_and_follow(api, stack, events, timeout)
         print(f"   {first['state']} in {first['seconds']} s")
         previous = first["run_id"]
         runs = []
@@ -255,7 +254,7 @@ def run_scenario(scenario: Scenario, repeats: int, timeout: float) -> dict[str, 
                 redelivered = redeliver(
                     config.bootstrap_servers, topic, start, scenario.redelivered, scenario.changes, timeout=300
                 )
-            run = trigger_and_follow(api, stack, events, seen, timeout)
+            run = trigger_and_follow(api, stack, events, timeout)
             run.update(changes=changes, redelivered=redelivered, range_records=range_records(config, run["run_id"]))
             print(
                 f"   run {repeat + 1}: {run['state']} in {run['seconds']} s; tasks {json.dumps(run['tasks'])}; "
@@ -318,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
-    payload: dict[str, Any] = {"started": started, "machine": machine(), "scenarios": []}
+    spark = "a Spark Connect server" if StackConfig().spark_connect_enabled else "spark-submit per task"
+    payload: dict[str, Any] = {"started": started, "machine": machine(), "spark": spark, "scenarios": []}
     for name in args.scenarios.split(","):
         try:
             payload["scenarios"].append(run_scenario(SCENARIOS[name], args.repeats, args.timeout))
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{m['cpus']} CPUs, {m['memory_gib']} GiB; load average at start "
         f"{', '.join(f'{x:.2f}' for x in m['loadavg'])}. "
-        f"Command: `bash bench/dag_runs.sh {' '.join(argv or sys.argv[1:])}`",
+        f"Spark tasks on {spark}. Command: `bash bench/dag_runs.sh {' '.join(argv or sys.argv[1:])}`",
     ]
     for result in payload["scenarios"]:
         lines += ["", *summary_lines(result)]

@@ -1,4 +1,4 @@
-"""The DAG-run benchmark's own arithmetic: task seconds, Spark jobs per application, the summary."""
+"""The DAG-run benchmark's own arithmetic: task seconds, Spark jobs per task, the summary."""
 
 from __future__ import annotations
 
@@ -28,13 +28,18 @@ def test_task_seconds_sum_mapped_instances_under_their_short_name() -> None:
     assert dag_runs.task_seconds(instances) == {"plan_tables": 2.0, "compact_cdc": 40.5, "reconcile": 0.0}
 
 
-def test_spark_jobs_belong_to_the_task_running_when_the_application_started(tmp_path) -> None:
-    def event_log(name: str, app: str, started: str, jobs: int) -> None:
-        ms = int(dt.datetime.fromisoformat(started).timestamp() * 1000)
-        lines = [{"Event": "SparkListenerApplicationStart", "App Name": app, "Timestamp": ms}]
-        lines += [{"Event": "SparkListenerJobStart", "Job ID": i} for i in range(jobs)]
-        lines += [{"Event": "SparkListenerJobEnd", "Job ID": i} for i in range(jobs)]
-        (tmp_path / name).write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+def test_spark_jobs_belong_to_the_task_running_when_they_were_submitted(tmp_path) -> None:
+    def ms(at: str) -> int:
+        return int(dt.datetime.fromisoformat(at).timestamp() * 1000)
+
+    def event_log(folder, name: str, started: str, submitted: list[str]) -> None:
+        folder.mkdir(exist_ok=True)
+        lines = [{"Event": "SparkListenerApplicationStart", "App Name": name, "Timestamp": ms(started)}]
+        lines += [
+            {"Event": "SparkListenerJobStart", "Job ID": i, "Submission Time": ms(at)} for i, at in enumerate(submitted)
+        ]
+        lines += [{"Event": "SparkListenerJobEnd", "Job ID": i} for i in range(len(submitted))]
+        (folder / name).write_text("\n".join(json.dumps(line) for line in lines) + "\n")
 
     def instance(task: str, start: str, end: str) -> dict:
         return {"task_id": f"reconcile_table.{task}", "start_date": start, "end_date": end}
@@ -43,16 +48,20 @@ def test_spark_jobs_belong_to_the_task_running_when_the_application_started(tmp_
         instance("validate", "2026-01-01T10:01:00+00:00", "2026-01-01T10:02:00+00:00"),
         instance("validate_repaired", "2026-01-01T10:03:00+00:00", "2026-01-01T10:04:00+00:00"),
     ]
-    seen: set[str] = set()
-    event_log("local-1", "validate:public.t", "2026-01-01T10:01:05+00:00", 5)
-    event_log("local-2", "validate:public.t", "2026-01-01T10:03:05+00:00", 4)
-    applications = dag_runs.spark_applications(tmp_path, seen)
-    assert [a["jobs"] for a in applications] == [5, 4]
-    assert dag_runs.spark_jobs_by_task(tasks, applications) == {"validate": 5, "validate_repaired": 4}
-    event_log("local-3", "validate:public.t", "2026-01-01T11:00:00+00:00", 7)
-    later = dag_runs.spark_applications(tmp_path, seen)
-    assert [a["jobs"] for a in later] == [7]
-    assert dag_runs.spark_jobs_by_task(tasks, later) == {}
+    submit = tmp_path / "spark-submit"  # an application per task
+    event_log(submit, "local-1", "2026-01-01T10:01:05+00:00", ["2026-01-01T10:01:10+00:00"] * 5)
+    event_log(submit, "local-2", "2026-01-01T10:03:05+00:00", ["2026-01-01T10:03:10+00:00"] * 4)
+    assert dag_runs.spark_jobs_by_task(tasks, dag_runs.spark_job_times(submit)) == {
+        "validate": 5,
+        "validate_repaired": 4,
+    }
+    server = tmp_path / "connect"  # one application, started before the run, with jobs of both tasks and of none
+    submitted = ["2026-01-01T09:30:00+00:00", "2026-01-01T10:01:30+00:00", "2026-01-01T10:03:59+00:00"]
+    event_log(server, "app-1", "2026-01-01T09:00:00+00:00", [*submitted, "2026-01-01T11:00:00+00:00"])
+    assert dag_runs.spark_jobs_by_task(tasks, dag_runs.spark_job_times(server)) == {
+        "validate": 1,
+        "validate_repaired": 1,
+    }
 
 
 def test_the_summary_gives_medians_and_judges_the_target() -> None:
