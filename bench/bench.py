@@ -422,7 +422,7 @@ def run_size(b: Bench, n: int) -> None:
     timeout = 300 + n / 2000
     try:
         w.seconds["stack_up"] = timed(lambda: stack.up(register=False))[0]
-        with psycopg.connect(cfg.pg_dsn, autocommit=True) as pg, state_store.connect(cfg.pg_dsn) as state:
+        with psycopg.connect(cfg.pg_dsn, autocommit=True) as pg, state_store.connect(cfg.state_dsn) as state:
             w.seconds["load_source"] = load_source(pg, n)
             w.seconds["register_connector"] = timed(stack.register_connector)[0]
             state_store.ensure_state_schema(state)

@@ -205,7 +205,7 @@ def task_seconds(task_instances: list[dict[str, Any]]) -> dict[str, float]:
 
 def range_records(config: StackConfig, run_id: str) -> int:
     """Records in the run's sealed range, counted from Kafka's offsets (no product reader)."""
-    with state_store.connect(config.pg_dsn) as conn:
+    with state_store.connect(config.state_dsn) as conn:
         sealed = state_store.get_range(conn, run_id, TABLE)
     return sum(sealed.end[p] - sealed.start.get(p, 0) for p in sealed.end)
 
@@ -248,7 +248,7 @@ def run_scenario(scenario: Scenario, repeats: int, timeout: float) -> dict[str, 
             changes = make_changes(config.pg_dsn, scenario.changes, seed=repeat + 1)
             redelivered = 0
             if scenario.redelivered:
-                with state_store.connect(config.pg_dsn) as conn:
+                with state_store.connect(config.state_dsn) as conn:
                     start = state_store.get_range(conn, previous, TABLE).end
                 topic = config.topic_for(TABLE)
                 redelivered = redeliver(
