@@ -64,21 +64,19 @@ def build_session(
 
     from .storage import SESSION_CONF
 
-    partitions = os.environ.get("CDC_SPARK_SHUFFLE_PARTITIONS", "8")
     settings = {
         **SESSION_CONF,
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": partitions,
-        # Delta replays a table's log in 50 tasks unless told, on every new version it reads; the lake's
-        # tables hold a run's files, so as many tasks as a shuffle (a unit test of repeated publications:
-        # 126 s -> 77 s)
-        "spark.databricks.delta.snapshotPartitions": partitions,
+        "spark.sql.shuffle.partitions": os.environ.get("CDC_SPARK_SHUFFLE_PARTITIONS", "8"),
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.driver.memory": os.environ.get("CDC_SPARK_DRIVER_MEMORY", "2g"),
     }
     settings.update(conf or {})
+    # Delta replays a table's log in 50 tasks unless told, on every new version a session reads; the
+    # lake's tables hold a run's files, so as many tasks as the session's shuffles
+    settings.setdefault("spark.databricks.delta.snapshotPartitions", settings["spark.sql.shuffle.partitions"])
     if remote:
         builder = SparkSession.builder.remote(remote).appName(app_name)
         for key in SESSION_SETTINGS:

@@ -18,18 +18,13 @@ from cdc_reconcile.spark import build_session, spark_jars
 # Tiny frames: one shuffle partition, and no adaptive re-planning, so plans and partition counts hold.
 UNIT_CONF = {
     "spark.sql.shuffle.partitions": "1",
-    "spark.databricks.delta.snapshotPartitions": "1",
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
     "spark.sql.adaptive.enabled": "false",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
 }
-INTEGRATION_CONF = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.driver.memory": "2g",
-}
+INTEGRATION_CONF = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}
 
 
 def local_session(
@@ -61,7 +56,7 @@ def unit_session() -> SparkSession:
     With ``$CDC_TEST_SPARK_REMOTE`` (an ``sc://`` URL) the tests run on that Spark Connect server instead.
     """
     if os.environ.get(REMOTE_ENV):
-        conf = {"spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1"}
+        conf = {"spark.sql.shuffle.partitions": "1"}
         return build_session("cdc-reconcile-unit-tests", conf=conf, remote=os.environ[REMOTE_ENV])
     return local_session("cdc-reconcile-unit-tests", conf=UNIT_CONF, jars=spark_jars(_stack_jars()))
 

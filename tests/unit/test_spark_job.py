@@ -174,6 +174,12 @@ def test_the_redaction_regex_is_sparks_default(spark):
     assert config.SECRET_REDACTION_PATTERN().defaultValueString() == SPARK_DEFAULT_REDACTION
 
 
+def test_delta_replays_a_tables_log_in_as_many_tasks_as_the_sessions_shuffles(spark):
+    """Not Delta's default 50: the tests' session shuffles into one partition, so its log replays in one task."""
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "1"
+    assert spark.conf.get("spark.databricks.delta.snapshotPartitions") == "1"
+
+
 def test_a_job_reads_its_settings_from_the_spark_conf_the_command_line_and_the_environment_override(spark, monkeypatch):
     from cdc_reconcile.jobs import compact_cdc, snapshot_source
 

@@ -53,25 +53,6 @@ def _base64_hex(b64: Column) -> Column:
     return F.hex(F.try_to_binary(b64, F.lit("base64")))
 
 
-def twos_complement_to_unscaled(b64: Column) -> Column:
-    """Decode a base64 big-endian two's-complement integer (Kafka Connect Decimal) to decimal(38,0).
-
-    Exact for every value of up to 38 digits, negative ones included, using built-ins only (see
-    `_twos_complement_parts`). Values longer than 16 bytes or beyond 38 digits give null instead of
-    an overflow. Negation is a subtraction from zero: Spark's unary minus on decimals rounds to 34
-    digits.
-    """
-
-    def signed(hexed: Column) -> Column:
-        negative, magnitude = _twos_complement_parts(hexed)
-        zero = F.lit(0).cast(T.DecimalType(1, 0))
-        return F.when(
-            _fits_128_bits(hexed), let(magnitude, lambda m: F.when(negative, F.try_subtract(zero, m)).otherwise(m))
-        )
-
-    return let(_base64_hex(b64), signed)
-
-
 def _placed_decimal(digits: Column, negative: Column, scale: Column, dt: T.DecimalType, valid: Column) -> Column:
     """``digits`` (a magnitude's plain digits) * 10^-``scale`` with its sign, cast to ``dt``; null unless
     ``valid``, and when that would round away non-zero digits or overflow.
@@ -90,10 +71,12 @@ def _placed_decimal(digits: Column, negative: Column, scale: Column, dt: T.Decim
     return F.when(valid & kept_exactly, signed.try_cast(dt))
 
 
-def _decimal_of_twos_complement(b64: Column, scale: Column, dt: T.DecimalType) -> Column:
-    """A Kafka Connect Decimal (base64 unscaled two's complement) at ``scale``, as ``dt`` exactly or null.
+def decimal_of_twos_complement(b64: Column, scale: Column, dt: T.DecimalType) -> Column:
+    """A Kafka Connect Decimal (base64 big-endian two's-complement unscaled value) at ``scale``, as ``dt``.
 
-    Two bindings deep, so the expression stays shallow enough for a Spark Connect client's protobuf.
+    Exact for every value of up to 38 digits, negative ones included; null for more than 16 bytes,
+    beyond 38 digits, a value ``dt`` cannot hold without rounding, or bad base64. Two bindings deep, so
+    the expression stays shallow enough for a Spark Connect client's protobuf.
     """
 
     def placed(hexed: Column) -> Column:
@@ -121,7 +104,7 @@ def _decode_decimal(
 ) -> Column:
     def variable(raw_struct: Column) -> Column:
         vs = F.from_json(raw_struct, "scale int, value string")
-        return let(vs, lambda v: _decimal_of_twos_complement(v.getField("value"), v.getField("scale"), dt))
+        return let(vs, lambda v: decimal_of_twos_complement(v.getField("value"), v.getField("scale"), dt))
 
     mode = options.decimal_handling_mode
     if mode == "precise":
@@ -130,7 +113,7 @@ def _decode_decimal(
         else:
             known_scale = max(t.args[1], 0) if len(t.args) > 1 else 0
         scale = F.lit(known_scale) if event_scale is None else F.coalesce(event_scale, F.lit(known_scale))
-        fixed = _decimal_of_twos_complement(raw, scale, dt)
+        fixed = decimal_of_twos_complement(raw, scale, dt)
     elif mode == "string":
         fixed = _exact_decimal(raw, dt)
     else:

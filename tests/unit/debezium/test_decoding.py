@@ -15,12 +15,12 @@ from pyspark.sql import types as T
 from cdc_reconcile.debezium.decoding import (
     DECODE_ERRORS_FIELD,
     UNAVAILABLE_FIELD,
+    decimal_of_twos_complement,
     decode_image,
     fill_unavailable,
     is_unavailable,
     split_decoded,
     tag_decode_errors,
-    twos_complement_to_unscaled,
 )
 from cdc_reconcile.debezium.envelope import split_envelopes, tag_envelopes
 from cdc_reconcile.debezium.pgtypes import UNAVAILABLE_VALUE, DecodeOptions, spark_type, table_schema
@@ -33,9 +33,14 @@ from .helpers import assert_exactly_equal, decimal_b64, envelope, key_doc, recor
 MAX38 = "9" * 38
 
 
+def unscaled(b64):
+    """The integer a Kafka Connect Decimal holds: read at scale 0 into decimal(38,0)."""
+    return decimal_of_twos_complement(b64, F.lit(0), T.DecimalType(38, 0))
+
+
 def test_known_connect_decimal_vectors(spark):
     df = spark.createDataFrame([("ZA==",), ("/w==",), ("AA==",), ("gA==",), ("AP8=",), ("",), ("%%",)], "b string")
-    got = [r.u for r in df.select(twos_complement_to_unscaled(F.col("b")).alias("u")).collect()]
+    got = [r.u for r in df.select(unscaled(F.col("b")).alias("u")).collect()]
     assert got == [Decimal(100), Decimal(-1), Decimal(0), Decimal(-128), Decimal(255), None, None]
 
 
@@ -68,13 +73,13 @@ def test_known_connect_decimal_vectors(spark):
 )
 def test_twos_complement_exact(spark, value):
     df = spark.createDataFrame([(unscaled_b64(value),)], "b string")
-    assert df.select(twos_complement_to_unscaled(F.col("b")).alias("u")).first().u == Decimal(value)
+    assert df.select(unscaled(F.col("b")).alias("u")).first().u == Decimal(value)
 
 
 def test_twos_complement_out_of_range_is_null(spark):
     too_big = [10**38, -(10**38), 2**127 - 1, -(2**127), 2**130]
     df = spark.createDataFrame([(unscaled_b64(v),) for v in too_big], "b string")
-    assert [r.u for r in df.select(twos_complement_to_unscaled(F.col("b")).alias("u")).collect()] == [None] * 5
+    assert [r.u for r in df.select(unscaled(F.col("b")).alias("u")).collect()] == [None] * 5
 
 
 def with_meta(schema: T.StructType) -> T.StructType:
