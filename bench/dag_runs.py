@@ -103,8 +103,9 @@ def make_changes(dsn: str, changes: int, seed: int) -> dict[str, int]:
     return {"updates": updates, "deletes": deletes, "inserts": inserts}
 
 
-def spark_event_logs(run_dir: Path) -> Path:
-    """A ``SPARK_CONF_DIR`` whose defaults turn on event logs; returns the folder the logs go to."""
+def spark_event_logs(run_dir: Path, extra: dict[str, str] | None = None) -> Path:
+    """A ``SPARK_CONF_DIR`` whose defaults turn on event logs (and set ``extra``, for an A/B of a Spark
+    setting); returns the folder the logs go to."""
     conf_dir = run_dir / "bench-spark-conf"
     events = run_dir / "spark-events"
     conf_dir.mkdir(parents=True, exist_ok=True)
@@ -113,6 +114,7 @@ def spark_event_logs(run_dir: Path) -> Path:
     (conf_dir / "spark-defaults.conf").write_text(
         f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
         "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n"
+        + "".join(f"{key} {value}\n" for key, value in (extra or {}).items())
     )
     os.environ["SPARK_CONF_DIR"] = str(conf_dir)
     return events
@@ -227,12 +229,14 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: flo
     }
 
 
-def run_scenario(scenario: Scenario, repeats: int, timeout: float) -> dict[str, Any]:
+def run_scenario(
+    scenario: Scenario, repeats: int, timeout: float, spark_conf: dict[str, str] | None = None
+) -> dict[str, Any]:
     os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"
     stack = Stack(airflow=True)
     config = stack.config
     stack.down(destroy=True)
-    events = spark_event_logs(config.run_dir)
+    events = spark_event_logs(config.run_dir, spark_conf)
     try:
         stack.up(register=False)
         load_rows(config.pg_dsn, scenario.rows)
@@ -312,16 +316,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one DAG run may take")
     parser.add_argument("--out", default=str(ROOT / "results"))
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for every task's session (or the Spark Connect server), to compare one; repeatable",
+    )
     args = parser.parse_args(argv)
+    spark_conf = dict(item.split("=", 1) for item in args.spark_conf)
     unknown = [name for name in args.scenarios.split(",") if name not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     spark = "a Spark Connect server" if StackConfig().spark_connect_enabled else "spark-submit per task"
-    payload: dict[str, Any] = {"started": started, "machine": machine(), "spark": spark, "scenarios": []}
+    payload: dict[str, Any] = {
+        "started": started,
+        "machine": machine(),
+        "spark": spark,
+        "spark_conf": spark_conf,
+        "scenarios": [],
+    }
     for name in args.scenarios.split(","):
         try:
-            payload["scenarios"].append(run_scenario(SCENARIOS[name], args.repeats, args.timeout))
+            payload["scenarios"].append(run_scenario(SCENARIOS[name], args.repeats, args.timeout, spark_conf))
         except Exception as exc:  # the other scenarios' figures still count
             print(f"scenario {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             payload["scenarios"].append({"scenario": dataclasses.asdict(SCENARIOS[name]), "error": str(exc)})

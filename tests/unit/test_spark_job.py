@@ -174,10 +174,19 @@ def test_the_redaction_regex_is_sparks_default(spark):
     assert config.SECRET_REDACTION_PATTERN().defaultValueString() == SPARK_DEFAULT_REDACTION
 
 
-def test_delta_replays_a_tables_log_in_as_many_tasks_as_the_sessions_shuffles(spark):
-    """Not Delta's default 50: the tests' session shuffles into one partition, so its log replays in one task."""
-    assert spark.conf.get("spark.sql.shuffle.partitions") == "1"
+def test_delta_replays_a_tables_log_in_one_task_unless_configured(spark, monkeypatch):
+    """Not Delta's default 50, nor the shuffles' 8: the lake's logs are small, and each partition is a task."""
+    from cdc_reconcile.spark import session_settings
+
+    monkeypatch.delenv("CDC_DELTA_LOG_PARTITIONS", raising=False)
+    monkeypatch.delenv("CDC_SPARK_SHUFFLE_PARTITIONS", raising=False)
     assert spark.conf.get("spark.databricks.delta.snapshotPartitions") == "1"
+    assert session_settings()["spark.databricks.delta.snapshotPartitions"] == "1"
+    assert session_settings()["spark.sql.shuffle.partitions"] == "8"
+    monkeypatch.setenv("CDC_DELTA_LOG_PARTITIONS", "16")
+    assert session_settings()["spark.databricks.delta.snapshotPartitions"] == "16"
+    conf = {"spark.databricks.delta.snapshotPartitions": "4"}
+    assert session_settings(conf=conf)["spark.databricks.delta.snapshotPartitions"] == "4"
 
 
 def test_a_job_reads_its_settings_from_the_spark_conf_the_command_line_and_the_environment_override(spark, monkeypatch):
