@@ -324,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a Spark setting for every task's session (or the Spark Connect server), to compare one; repeatable",
     )
     args = parser.parse_args(argv)
+    malformed = [item for item in args.spark_conf if "=" not in item.strip("=")]
+    if malformed:
+        parser.error(f"--spark-conf takes KEY=VALUE, got {', '.join(map(repr, malformed))}")
     spark_conf = dict(item.split("=", 1) for item in args.spark_conf)
     unknown = [name for name in args.scenarios.split(",") if name not in SCENARIOS]
     if unknown:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import pytest
+
 from bench import dag_runs
 
 
@@ -84,3 +86,18 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
     assert "median 90.0 s (min 80.0, max 100.0, n=3) (target <= 60 s: missed)" in text
     assert "| compact_cdc | 40.0 | 9 |" in text
     assert "median 3,000 MiB (JVMs 2,500 MiB)" in text
+
+
+def test_a_compared_spark_setting_reaches_the_spark_defaults_beside_the_event_log(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    events = dag_runs.spark_event_logs(tmp_path, {"spark.sql.adaptive.enabled": "false"})
+    defaults = (tmp_path / "bench-spark-conf" / "spark-defaults.conf").read_text().splitlines()
+    assert f"spark.eventLog.dir file://{events}" in defaults
+    assert defaults[-1] == "spark.sql.adaptive.enabled false"
+
+
+def test_a_spark_setting_without_a_value_is_refused_before_anything_starts(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        dag_runs.main(["--spark-conf", "spark.sql.adaptive.enabled"])
+    assert exit_.value.code == 2
+    assert "--spark-conf takes KEY=VALUE" in capsys.readouterr().err
