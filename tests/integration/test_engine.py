@@ -62,6 +62,8 @@ def test_zero_differences_as_of_the_snapshot_while_the_loader_writes(stack, conf
     assert any(f["changes"] > 0 for f in figures if f["run"] == "load-2"), "the second run saw new changes"
 
 
+@pytest.mark.slow  # about 5 minutes; fault-matrix scenario lost_events repairs the same fault through a DAG run,
+# and test_reconciliation_dag.py's dry run counts it exactly in the test command
 def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lake, pg):
     """Changes made while the table was out of the publication never reach Kafka: missing, stale, extra."""
     table = load_config().table("public.customers")

@@ -11,6 +11,11 @@
   says so;
 * with the lake root on HDFS, a run reconciles the lake there, and the table equals PostgreSQL.
 
+The clean run and the hung job use the default launcher (``spark-submit``, a driver per task); the
+redelivery and the lost events run on one Spark Connect server (``CDC_SPARK_CONNECT=on``), which
+proves that launcher's whole path (snapshot to publication, a repair, a failed run) and takes about
+half the time per run.
+
 It runs after ``test_engine`` (file order) on ``public.order_lines``, whose topic the engine tests
 never damaged, so the first run can rebuild its lake from the whole topic (full rescan) whatever
 earlier tests sealed.
@@ -90,6 +95,31 @@ def alerts() -> Iterator[AlertReceiver]:
     receiver.server.shutdown()
 
 
+@pytest.fixture(scope="module")
+def spark_connect(stack, config) -> Iterator[dict[str, str]]:
+    """A Spark Connect server for the module's runs that ask for it: the environment pointing the DAG at it."""
+    on_connect = replace(config, spark_connect_enabled=True)
+    server = SparkConnectServer(on_connect, stack.hdfs.conf_dir)
+    server.start()
+    try:
+        yield {"AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(on_connect)}
+    finally:
+        server.stop()
+
+
+def assert_ran_on_spark_connect(config, result: DagRunResult) -> None:
+    """Every Spark task was a client of the server: no driver of its own, the server's UI named."""
+    log = result.log.read_text()
+    on_connect = replace(config, spark_connect_enabled=True)
+    for job in ("snapshot_source", "compact_cdc", "validate"):
+        assert f"{job} on the Spark Connect server {on_connect.spark_connect_url}/" in log, job
+        ui = rf"\[progress\] {job} {TABLE}: Spark UI: {on_connect.spark_connect_ui_url} \(the Spark Connect server's"
+        assert re.search(ui, log), f"{job}: no line naming the server's Spark UI"
+    assert not re.search("spark-submit cmd", log, re.I), "a Spark task spark-submitted a driver of its own"
+    progress = re.findall(r"\[progress\] compact_cdc public\.order_lines: \d+s; (.+)$", log, re.M)
+    assert any(re.search(r"stage \d+ \d+/\d+ tasks", line) for line in progress), progress
+
+
 def dag_run(
     config, alerts: AlertReceiver, artifacts, label: str, env: dict[str, str] | None = None, **params
 ) -> DagRunResult:
@@ -155,36 +185,8 @@ def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, aler
     assert lake_rows(spark, config) == source_rows(pg)
 
 
-def test_a_run_on_a_spark_connect_server_starts_no_driver_per_task(stack, config, pg, alerts, artifacts, spark):
-    """The same run with ``spark_default`` a ``spark_connect`` connection: every Spark task is a client of
-    one long-lived server (``CDC_SPARK_CONNECT=on``), and the lake still equals the source (delta-rs)."""
-    on_connect = replace(config, spark_connect_enabled=True)
-    server = SparkConnectServer(on_connect, stack.hdfs.conf_dir)
-    server.start()
-    try:
-        stats = run_loader(config.pg_dsn, rate=0, count=200, tables=("order_lines",), seed=43)
-        assert stats.total() == 200
-        env = {PROGRESS_SWITCH: "1", "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(on_connect)}
-        result = dag_run(config, alerts, artifacts, "spark-connect", env=env)
-    finally:
-        server.stop()
-    assert result.state == "success", result
-    log = result.log.read_text()
-    for job in ("snapshot_source", "compact_cdc", "validate"):
-        assert f"{job} on the Spark Connect server {on_connect.spark_connect_url}/" in log, job
-        ui = rf"\[progress\] {job} {TABLE}: Spark UI: {on_connect.spark_connect_ui_url} \(the Spark Connect server's"
-        assert re.search(ui, log), f"{job}: no line naming the server's Spark UI"
-    assert not re.search("spark-submit cmd", log, re.I), "a Spark task spark-submitted a driver of its own"
-    progress = re.findall(r"\[progress\] compact_cdc public\.order_lines: \d+s; (.+)$", log, re.M)
-    assert any(re.search(r"stage \d+ \d+/\d+ tasks", line) for line in progress), progress
-    assert task(result, "validate") == "success" and task(result, "publish_lake_table") == "success"
-    assert outcome(config, result.run_id, Phase.BEFORE_REPAIR)["success"]
-    assert alerts.received == []
-    assert lake_rows(spark, config) == source_rows(pg)
-
-
 def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_warning(
-    stack, config, pg, alerts, artifacts, spark
+    stack, config, pg, alerts, artifacts, spark, spark_connect
 ):
     rows = len(source_rows(pg))
     connect = Connect(config)
@@ -205,8 +207,9 @@ def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_
     )
     redelivered = write_again(config.bootstrap_servers, TOPIC, 40)
     assert redelivered == 40
-    result = dag_run(config, alerts, artifacts, "redelivery")
+    result = dag_run(config, alerts, artifacts, "redelivery", env={PROGRESS_SWITCH: "1", **spark_connect})
     assert result.state == "success", result
+    assert_ran_on_spark_connect(config, result)
     expected = independent_duplicates(config, result.run_id)
     assert expected == {"redelivery": 40, "snapshot_rerun": 0}, expected
 
@@ -238,7 +241,7 @@ def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_
 
 
 def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_alert(
-    stack, config, pg, alerts, artifacts
+    stack, config, pg, alerts, artifacts, spark_connect
 ):
     already = len(alerts.received)
     with pg.transaction():
@@ -261,7 +264,7 @@ def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_a
     finally:
         pg.execute(f"ALTER PUBLICATION {config.publication_name} ADD TABLE {TABLE}")
 
-    result = dag_run(config, alerts, artifacts, "lost-dry-run", dry_run=True)
+    result = dag_run(config, alerts, artifacts, "lost-dry-run", env=spark_connect, dry_run=True)
     assert result.state == "failed", result
     assert task(result, "reconcile") == "success"
     assert task(result, "confirm_repair") == "failed"
