@@ -55,9 +55,7 @@ PYTHON_CONF = {
 GX_ROOT = "{{ var.value.get('cdc_gx_root', var.value.cdc_lake_root ~ '/../great_expectations') }}"
 
 
-def spark_job(
-    task_id: str, job: str, arguments: list, connections: tuple[str, ...] = (STATE,)
-) -> CdcSparkJobOperator:
+def spark_job(task_id: str, job: str, arguments: list, connections: tuple[str, ...] = (STATE,)) -> CdcSparkJobOperator:
     """A Spark task; ``connections`` are the ones its job reads (only compact_cdc gets the Kafka config)."""
     return CdcSparkJobOperator(
         task_id=task_id,

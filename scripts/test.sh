@@ -7,6 +7,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/lint-imports --no-logo
 # Fault scenarios marked `slow` run with `bash scripts/faults.sh` (or `-m slow`). A later -m in "$@"
 # overrides this one. The 30 slowest tests are listed at the end: CI gives the command 90 minutes.

@@ -93,6 +93,7 @@ def names_in_source(pg: psycopg.Connection) -> dict[tuple[int, int], tuple]:
     return {(r[0], r[1]): (r[2], r[3], r[4]) for r in found.fetchall()}
 
 
+@pytest.mark.slow  # about 6 minutes: `-m slow`; tests/unit/test_column_names.py folds, diffs and merges such names
 def test_a_key_and_columns_named_with_a_dot_and_a_space_are_compared_and_repaired(
     spark, config, pg, exact_connector, tmp_path
 ):
@@ -150,6 +151,7 @@ def test_a_unique_index_on_a_nullable_column_is_refused_as_the_key(spark, config
         pg.execute(f"DROP TABLE IF EXISTS {NULLABLE}")
 
 
+@pytest.mark.slow  # about 4 minutes: `-m slow`; tests/unit/test_row_hash.py holds the same collisions
 def test_rows_whose_text_forms_collide_are_stale_and_repaired(spark, config, pg, exact_connector, tmp_path):
     """Item 11: an array's text form, a NULL element and a shifted separator no longer hash alike."""
     table = TableConfig(name=HASHES, key=("id",), topic_prefix=PREFIX)

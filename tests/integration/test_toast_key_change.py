@@ -64,6 +64,7 @@ def moved_body_count(lake: Path) -> int:
     return sum(1 for key, (body, _) in lake_rows(lake).items() if key >= MOVED and body)
 
 
+@pytest.mark.slow  # about 3 minutes: `-m slow`; tests/unit/test_compaction.py folds the same key changes
 def test_a_key_change_keeps_the_unchanged_toasted_value_within_and_across_ranges(
     spark, config, pg, toast_table, tmp_path
 ):

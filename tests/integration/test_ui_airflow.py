@@ -27,7 +27,9 @@ from cdc_reconcile import kafka_offsets
 from cdc_reconcile.config import default_config
 from tests.support.polling import eventually
 
-pytestmark = [pytest.mark.integration, pytest.mark.browser]
+# About 9 minutes (a stack reset, Airflow, a run through the scheduler): `-m browser` or `-m slow`; the
+# test command's DAG runs go through `airflow dags test` (test_reconciliation_dag.py)
+pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.slow]
 
 # What the test triggers: the DAG, one of its Params, and a value other than the Param's default.
 DAG_ID = "cdc_reconciliation"
