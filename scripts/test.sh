@@ -20,7 +20,8 @@ fi
 # the integration tests leave while they wait on Kafka, Debezium and Airflow. The unit run's output is
 # printed when both are done (and kept in test-artifacts/unit-tests.log).
 mkdir -p test-artifacts
-"${PYTEST[@]}" tests/unit > test-artifacts/unit-tests.log 2>&1 &
+# niced: the integration tests are the longer path, and their waits have deadlines
+nice -n 10 "${PYTEST[@]}" tests/unit > test-artifacts/unit-tests.log 2>&1 &
 unit=$!
 trap 'kill "$unit" 2>/dev/null || true' EXIT
 integration_status=0
