@@ -158,8 +158,9 @@ def test_a_table_added_while_the_loader_writes_reconciles_with_zero_differences(
     assert report.differences == len(stale), (found, sorted(stale))
     assert {sample["id"] for samples in report.samples.values() for sample in samples} <= stale, (found, stale)
     if stale:  # the repair makes the lake equal the source again
-        table_run(spark, config, table, tmp_path / "lake", "added-1").reconcile()
-        repaired, diff = table_run(spark, config, table, tmp_path / "lake", "added-1").check()
+        run = table_run(spark, config, table, tmp_path / "lake", "added-1")
+        run.reconcile()
+        repaired, diff = run.check()
         diff.unpersist()
         assert repaired.clean, repaired.as_dict()
     assert yaml.safe_load(yaml_before)["tables"][-1] == {"name": TABLE, "key": ["id"]}

@@ -12,9 +12,8 @@
 * with the lake root on HDFS, a run reconciles the lake there, and the table equals PostgreSQL.
 
 The clean run and the hung job use the default launcher (``spark-submit``, a driver per task); the
-redelivery and the lost events run on one Spark Connect server (``CDC_SPARK_CONNECT=on``), which
-proves that launcher's whole path (snapshot to publication, a repair, a failed run) and takes about
-half the time per run.
+redelivery and the lost events run on one Spark Connect server (``CDC_SPARK_CONNECT=on``), started
+once for the module: that launcher's whole path (snapshot to publication, a repair, a failed run).
 
 It runs after ``test_engine`` (file order) on ``public.order_lines``, whose topic the engine tests
 never damaged, so the first run can rebuild its lake from the whole topic (full rescan) whatever
@@ -37,6 +36,7 @@ import pytest
 
 from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
+from cdc_dev.stack import StackConfig
 from cdc_dev.stack.airflow import spark_connection
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
@@ -96,28 +96,30 @@ def alerts() -> Iterator[AlertReceiver]:
 
 
 @pytest.fixture(scope="module")
-def spark_connect(stack, config) -> Iterator[dict[str, str]]:
-    """A Spark Connect server for the module's runs that ask for it: the environment pointing the DAG at it."""
+def spark_connect(stack, config) -> Iterator[StackConfig]:
+    """A Spark Connect server for the module's runs that ask for it; the configuration naming it."""
     on_connect = replace(config, spark_connect_enabled=True)
     server = SparkConnectServer(on_connect, stack.hdfs.conf_dir)
     server.start()
     try:
-        yield {"AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(on_connect)}
+        yield on_connect
     finally:
         server.stop()
 
 
-def assert_ran_on_spark_connect(config, result: DagRunResult) -> None:
+def on_spark_connect(on_connect: StackConfig) -> dict[str, str]:
+    """A run's environment: ``spark_default`` is the server, and the jobs log their progress."""
+    return {PROGRESS_SWITCH: "1", "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(on_connect)}
+
+
+def assert_ran_on_spark_connect(on_connect: StackConfig, result: DagRunResult) -> None:
     """Every Spark task was a client of the server: no driver of its own, the server's UI named."""
     log = result.log.read_text()
-    on_connect = replace(config, spark_connect_enabled=True)
     for job in ("snapshot_source", "compact_cdc", "validate"):
         assert f"{job} on the Spark Connect server {on_connect.spark_connect_url}/" in log, job
         ui = rf"\[progress\] {job} {TABLE}: Spark UI: {on_connect.spark_connect_ui_url} \(the Spark Connect server's"
         assert re.search(ui, log), f"{job}: no line naming the server's Spark UI"
     assert not re.search("spark-submit cmd", log, re.I), "a Spark task spark-submitted a driver of its own"
-    progress = re.findall(r"\[progress\] compact_cdc public\.order_lines: \d+s; (.+)$", log, re.M)
-    assert any(re.search(r"stage \d+ \d+/\d+ tasks", line) for line in progress), progress
 
 
 def dag_run(
@@ -207,9 +209,11 @@ def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_
     )
     redelivered = write_again(config.bootstrap_servers, TOPIC, 40)
     assert redelivered == 40
-    result = dag_run(config, alerts, artifacts, "redelivery", env={PROGRESS_SWITCH: "1", **spark_connect})
+    result = dag_run(config, alerts, artifacts, "redelivery", env=on_spark_connect(spark_connect))
     assert result.state == "success", result
-    assert_ran_on_spark_connect(config, result)
+    assert_ran_on_spark_connect(spark_connect, result)
+    progress = re.findall(r"\[progress\] compact_cdc public\.order_lines: \d+s; (.+)$", result.log.read_text(), re.M)
+    assert any(re.search(r"stage \d+ \d+/\d+ tasks", line) for line in progress), progress
     expected = independent_duplicates(config, result.run_id)
     assert expected == {"redelivery": 40, "snapshot_rerun": 0}, expected
 
@@ -264,8 +268,9 @@ def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_a
     finally:
         pg.execute(f"ALTER PUBLICATION {config.publication_name} ADD TABLE {TABLE}")
 
-    result = dag_run(config, alerts, artifacts, "lost-dry-run", env=spark_connect, dry_run=True)
+    result = dag_run(config, alerts, artifacts, "lost-dry-run", env=on_spark_connect(spark_connect), dry_run=True)
     assert result.state == "failed", result
+    assert_ran_on_spark_connect(spark_connect, result)
     assert task(result, "reconcile") == "success"
     assert task(result, "confirm_repair") == "failed"
     assert task(result, "publish_lake_table") in ("upstream_failed", "skipped")
