@@ -45,6 +45,10 @@ TEST_ENV = {
     "CDC_HDFS_DATANODE_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_PORT", "29886"),
     "CDC_HDFS_DATANODE_HTTP_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_HTTP_PORT", "29884"),
     "CDC_HDFS_DATANODE_IPC_PORT": os.environ.get("CDC_TEST_STACK_HDFS_DATANODE_IPC_PORT", "29887"),
+    # the Spark standalone cluster for the DAG run on spark:// (the developer's ports + 20, as HDFS's)
+    "CDC_SPARK_MASTER_PORT": os.environ.get("CDC_TEST_STACK_SPARK_MASTER_PORT", "27097"),
+    "CDC_SPARK_MASTER_UI_PORT": os.environ.get("CDC_TEST_STACK_SPARK_MASTER_UI_PORT", "28500"),
+    "CDC_SPARK_WORKER_UI_PORT": os.environ.get("CDC_TEST_STACK_SPARK_WORKER_UI_PORT", "28501"),
     # the jobs' jars (Kafka source, JDBC driver) as a deployment names them; here the set-up's cache
     "CDC_SPARK_JARS": os.environ.get("CDC_SPARK_JARS") or str(StackConfig().spark_jars_dir),
     # the folder the Data Docs' CDN files are served from; here the set-up's cache

@@ -9,7 +9,9 @@
 * a Spark job that hangs (its snapshot waits on a lock the test holds on the source table) is
   stopped at its execution timeout, its ``spark-submit`` and driver are gone, and one critical alert
   says so;
-* with the lake root on HDFS, a run reconciles the lake there, and the table equals PostgreSQL.
+* with the lake root on HDFS, a run reconciles the lake there, and the table equals PostgreSQL;
+* on the stack's Spark standalone cluster (``spark://``, executors on its worker) with the lake on HDFS,
+  a run taken while the loader writes, then one after it stopped, leave a table equal to PostgreSQL.
 
 The clean run and the hung job use the default launcher (``spark-submit``, a driver per task); the
 redelivery and the lost events run on one Spark Connect server (``CDC_SPARK_CONNECT=on``), started
@@ -33,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psutil
 import psycopg
 import pytest
+import requests
 
 from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
@@ -41,6 +44,7 @@ from cdc_dev.stack.airflow import spark_connection
 from cdc_dev.stack.connect import Connect
 from cdc_dev.stack.dag_runs import DagRunResult, run_dag
 from cdc_dev.stack.hdfs import hadoop_java
+from cdc_dev.stack.spark_cluster import cluster_session_conf
 from cdc_dev.stack.spark_connect import SparkConnectServer
 from cdc_dev.stack.topics import write_again
 from cdc_reconcile import kafka_offsets, run_state, state_store
@@ -381,3 +385,94 @@ def test_a_run_with_the_lake_on_hdfs_reconciles_it_there(stack, config, pg, aler
         assert not (config.lake_root / "dag-run").exists(), "the lake went to the local filesystem"
     finally:
         stack.hdfs.stop()
+
+
+def hdfs_table_rows(config, stack, location: str, into) -> set[tuple]:
+    """The lake table on HDFS, copied out with Hadoop's own shell and read with delta-rs (no project code)."""
+    done = subprocess.run(
+        hadoop_java(
+            config, stack.hdfs.conf_dir, "org.apache.hadoop.fs.FsShell", "-get", location, str(into), heap="256m"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {
+        (r["order_id"], r["line_no"], r["quantity"])
+        for r in delta_rows(into, columns=["order_id", "line_no", "quantity"])
+    }
+
+
+def spark_cluster_apps(config) -> list[dict]:
+    """Every application the stack's Spark master ran or runs, from its own status page."""
+    master = requests.get(f"{config.spark_master_ui_url}/json/", timeout=10).json()
+    return [*master.get("activeapps", []), *master.get("completedapps", [])]
+
+
+@pytest.mark.slow  # two DAG runs on the cluster (~15 min): `-m slow`, keeping the test command under CI's limit
+def test_runs_on_the_spark_cluster_with_the_lake_on_hdfs_keep_the_table_equal_to_postgres(
+    stack, config, pg, alerts, artifacts, tmp_path
+):
+    """Issue 15's deployment shape: spark-submit to ``spark://`` (client mode: the driver in the task, the
+    executors on the worker), the lake on ``hdfs://``.
+
+    The first run (a full rescan) is taken while the loader writes; the second after it stopped, so its
+    table must equal PostgreSQL. The table is read with Hadoop's shell and delta-rs, the applications
+    from the master's own status page.
+    """
+    stack.start_cluster()
+    try:
+        before = {app["id"] for app in spark_cluster_apps(config)}
+        conf_dir = tmp_path / "spark-conf"
+        conf_dir.mkdir()
+        # the deployment's spark-defaults.conf (the tasks load it with --load-spark-defaults)
+        (conf_dir / "spark-defaults.conf").write_text(
+            "".join(f"{key} {value}\n" for key, value in cluster_session_conf(config).items())
+        )
+        lake_root = f"{config.hdfs_lake_uri}/cluster-run"
+        spark_default = {
+            "conn_type": "spark",
+            "host": config.spark_master_url,
+            "extra": {"spark-binary": "spark-submit", "deploy-mode": "client"},
+        }
+        env = {
+            "AIRFLOW_VAR_CDC_LAKE_ROOT": lake_root,
+            "AIRFLOW_VAR_CDC_GX_ROOT": str(tmp_path / "gx"),  # Great Expectations' project stays local
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_default),
+            "SPARK_CONF_DIR": str(conf_dir),
+        }
+        stop = threading.Event()
+        loaded: list = []
+        loader = threading.Thread(
+            target=lambda: loaded.append(
+                run_loader(config.pg_dsn, rate=20, stop=stop, tables=("order_lines",), seed=151)
+            ),
+            daemon=True,
+        )
+        loader.start()
+        try:
+            first = dag_run(config, alerts, artifacts, "cluster-under-load", env=env, full_rescan=True)
+        finally:
+            stop.set()
+            loader.join(timeout=60)
+        assert loaded and loaded[0].total() > 0, "the loader wrote nothing while the run ran"
+        assert first.state == "success", first
+        second = dag_run(config, alerts, artifacts, "cluster", env=env)
+        assert second.state == "success", second
+        assert task(second, "publish_lake_table") == "success"
+
+        assert hdfs_table_rows(config, stack, f"{lake_root}/{TABLE}/table", tmp_path / "table") == source_rows(pg)
+        assert not (config.lake_root / "cluster-run").exists(), "the lake went to the local filesystem"
+        apps = [app for app in spark_cluster_apps(config) if app["id"] not in before]
+        names = sorted(app["name"] for app in apps)  # "<job>:<table>", one application per Spark task
+        for job in ("snapshot_source", "compact_cdc", "validate"):
+            assert sum(name.startswith(f"{job}:") for name in names) >= 2, (job, names)  # both runs
+        assert all(app["state"] == "FINISHED" for app in apps), [(a["name"], a["state"]) for a in apps]
+        for run in (first, second):
+            log = run.log.read_text()
+            assert f"--master {config.spark_master_url}" in log, "a Spark task did not submit to the cluster"
+            assert "--master local" not in log
+    finally:
+        stack.stop_cluster()
