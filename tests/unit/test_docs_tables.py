@@ -70,8 +70,10 @@ def checkout(tmp_path: Path) -> Path:
     (tmp_path / "docs" / "results").mkdir(parents=True)
     (tmp_path / "docs" / "results" / "fault-matrix.json").write_text(json.dumps(FAULTS))
     (tmp_path / "docs" / "results" / "bench.json").write_text(json.dumps(BENCH))
+    (tmp_path / "docs" / "results" / "bench-delta.json").write_text(json.dumps(BENCH))
     (tmp_path / "docs" / "fault-matrix.md").write_text(document("fault-matrix", "| stale | table |\n"))
-    (tmp_path / "docs" / "performance.md").write_text(document("performance", ""))
+    delta_block = f"{docs_tables.begin_marker('performance-delta')}\n{docs_tables.END_MARKER}"
+    (tmp_path / "docs" / "performance.md").write_text(document("performance", "") + f"\n{delta_block}\n")
     return tmp_path
 
 
@@ -90,7 +92,8 @@ def test_the_tables_replace_only_what_is_between_the_markers(checkout: Path):
     assert rows[2].endswith("| 200 |")  # the median of the repetitions' seconds
 
     performance = (checkout / "docs" / "performance.md").read_text()
-    assert performance.startswith("# Title\n\nProse before.\n\n") and performance.endswith("\n\nProse after.\n")
+    assert performance.startswith("# Title\n\nProse before.\n\n")
+    assert "\n\nProse after.\n\n" + docs_tables.begin_marker("performance-delta") in performance
     rows = performance.split(docs_tables.begin_marker("performance") + "\n")[1].split("\n")
     assert rows[2] == (
         "| 1,000 | snapshot | 1,000 rows | 0.50 s (0.40-0.60) | 2,000 rows/s | `COPY TO STDOUT` "
@@ -137,3 +140,10 @@ def test_the_committed_results_load_in_the_writers_formats():
     fields = set(ScenarioResult.__dataclass_fields__)
     assert all(set(record) - {"passed"} <= fields for record in faults["results"])
     assert {m["size"] for m in bench["measurements"]} == {30_000, 100_000, 1_000_000}
+
+
+def test_the_delta_lake_results_hold_both_sizes_and_say_where_they_come_from():
+    delta = json.loads((REPO / "docs" / "results" / "bench-delta.json").read_text())
+    assert "bash bench/run.sh" in delta["command"]
+    assert {m["size"] for m in delta["measurements"]} == {100_000, 1_000_000}
+    assert not [m for m in delta["measurements"] if "error" in m]
