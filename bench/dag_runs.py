@@ -2,11 +2,13 @@
 
 For each scenario: a fresh embedded stack with Airflow on the bench's own ports, ``public.customers``
 loaded with N rows before the connector starts (its initial snapshot is N ``r`` events), one first
-DAG run that builds the lake (not measured), then ``--repeats`` measured runs. Before each measured
-run the scenario's changes are made in PostgreSQL (updates, deletes, inserts in one transaction) and,
-where the scenario repairs, a share of the new change records is produced again to the topic by a
-plain producer (exact redeliveries, what at-least-once delivery does), so the suite fails and the
-reconcile and second validation run too.
+DAG run that builds the lake (not measured), then ``--repeats`` measured runs. A scenario of several
+tables (``ten-tables``) creates ``public.bench_t01``... of the same shape instead, puts them on the
+connector and in a table configuration of its own (``CDC_TABLES_CONFIG``), and triggers each run over
+all of them. Before each measured run the scenario's changes are made in PostgreSQL (updates,
+deletes, inserts in one transaction per table) and, where the scenario repairs, a share of the new
+change records is produced again to the topic by a plain producer (exact redeliveries, what
+at-least-once delivery does), so the suite fails and the reconcile and second validation run too.
 
 Each run is triggered through the REST API like the UI's trigger form and timed from ``queued_at`` to
 ``end_date`` as Airflow recorded them. Per task: wall seconds from the task instances, and the Spark
@@ -36,6 +38,8 @@ from typing import Any
 import psutil
 import psycopg
 import requests
+import yaml
+from psycopg import sql
 
 from bench import stats
 from bench.bench import machine, redeliver
@@ -47,58 +51,97 @@ from cdc_reconcile import state_store
 DAG_ID = "cdc_reconciliation"
 TABLE = "public.customers"
 ROOT = Path(__file__).resolve().parent
-TARGETS = {"demo": 60.0, "hourly-1m": 120.0}
+TARGETS = {"demo": 60.0, "hourly-1m": 120.0, "ten-tables": 240.0}
+WATERMARK_TABLE = "public.cdc_watermark"
 
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """A table size, the changes made before each measured run, and the share of them redelivered."""
+    """Tables of ``rows`` rows each, the changes made to each before a measured run, the share redelivered."""
 
     name: str
     rows: int
     changes: int
     redelivered: float
+    tables: int = 1
 
     @property
     def target_seconds(self) -> float | None:
         return TARGETS.get(self.name)
 
+    @property
+    def table_names(self) -> list[str]:
+        """The demo's ``public.customers`` alone, or ``public.bench_t01``... of its shape."""
+        if self.tables == 1:
+            return [TABLE]
+        return [f"public.bench_t{n:02d}" for n in range(1, self.tables + 1)]
+
 
 SCENARIOS = {
     "demo": Scenario("demo", rows=60_000, changes=1_000, redelivered=0.05),
     "hourly-1m": Scenario("hourly-1m", rows=1_000_000, changes=100_000, redelivered=0.0),
+    "ten-tables": Scenario("ten-tables", rows=100_000, changes=10_000, redelivered=0.0, tables=10),
 }
 
 
-def load_rows(dsn: str, rows: int) -> None:
+def _name(table: str) -> sql.Identifier:
+    schema, _, name = table.partition(".")
+    return sql.Identifier(schema, name)
+
+
+def create_tables(dsn: str, tables: list[str]) -> None:
+    """Tables of ``public.customers``' shape (its columns, key and defaults), full before-images."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in tables:
+            if table == TABLE:
+                continue
+            like = sql.SQL("CREATE TABLE IF NOT EXISTS {} (LIKE public.customers INCLUDING ALL)")
+            conn.execute(like.format(_name(table)))
+            conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(_name(table)))
+
+
+def tables_config(tables: list[str], topic_prefix: str) -> dict[str, Any]:
+    """The table configuration (``CDC_TABLES_CONFIG``'s shape) that names the scenario's tables."""
+    return {
+        "topic_prefix": topic_prefix,
+        "watermark_table": WATERMARK_TABLE,
+        "tables": [{"name": table, "key": ["id"]} for table in tables],
+    }
+
+
+def load_rows(dsn: str, rows: int, table: str = TABLE) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO public.customers (name, email, balance, attrs) "
-            "SELECT 'customer ' || g, 'c' || g || '@example.com', (g %% 100000) / 100.0, "
-            "jsonb_build_object('g', g) FROM generate_series(1, %s) g",
-            (rows,),
+            sql.SQL(
+                "INSERT INTO {} (name, email, balance, attrs) "
+                "SELECT 'customer ' || g, 'c' || g || '@example.com', (g % 100000) / 100.0, "
+                "jsonb_build_object('g', g) FROM generate_series(1, {}) g"
+            ).format(_name(table), sql.Literal(rows))
         )
 
 
-def make_changes(dsn: str, changes: int, seed: int) -> dict[str, int]:
+def make_changes(dsn: str, changes: int, seed: int, table: str = TABLE) -> dict[str, int]:
     """80 % updates, 10 % deletes, 10 % inserts of random rows, in one transaction."""
     deletes = inserts = changes // 10
     updates = changes - deletes - inserts
+    name = _name(table)
     with psycopg.connect(dsn) as conn:
         conn.execute("SELECT setseed(%s)", (seed / 2**31,))
         conn.execute(
-            "UPDATE public.customers SET balance = balance + 1 "
-            "WHERE id IN (SELECT id FROM public.customers ORDER BY random() LIMIT %s)",
-            (updates,),
+            sql.SQL(
+                "UPDATE {0} SET balance = balance + 1 WHERE id IN (SELECT id FROM {0} ORDER BY random() LIMIT {1})"
+            ).format(name, sql.Literal(updates))
         )
         conn.execute(
-            "DELETE FROM public.customers WHERE id IN (SELECT id FROM public.customers ORDER BY random() LIMIT %s)",
-            (deletes,),
+            sql.SQL("DELETE FROM {0} WHERE id IN (SELECT id FROM {0} ORDER BY random() LIMIT {1})").format(
+                name, sql.Literal(deletes)
+            )
         )
         conn.execute(
-            "INSERT INTO public.customers (name, email, balance, attrs) "
-            "SELECT 'new ' || g, 'n' || g || '@example.com', 1.0, '{}'::jsonb FROM generate_series(1, %s) g",
-            (inserts,),
+            sql.SQL(
+                "INSERT INTO {} (name, email, balance, attrs) "
+                "SELECT 'new ' || g, 'n' || g || '@example.com', 1.0, '{{}}'::jsonb FROM generate_series(1, {}) g"
+            ).format(name, sql.Literal(inserts))
         )
     return {"updates": updates, "deletes": deletes, "inserts": inserts}
 
@@ -205,17 +248,20 @@ def task_seconds(task_instances: list[dict[str, Any]]) -> dict[str, float]:
     return seconds
 
 
-def range_records(config: StackConfig, run_id: str) -> int:
-    """Records in the run's sealed range, counted from Kafka's offsets (no product reader)."""
+def range_records(config: StackConfig, run_id: str, tables: list[str]) -> int:
+    """Records in the run's sealed ranges of ``tables``, counted from Kafka's offsets (no product reader)."""
+    total = 0
     with state_store.connect(config.state_dsn) as conn:
-        sealed = state_store.get_range(conn, run_id, TABLE)
-    return sum(sealed.end[p] - sealed.start.get(p, 0) for p in sealed.end)
+        for table in tables:
+            sealed = state_store.get_range(conn, run_id, table)
+            total += sum(sealed.end[p] - sealed.start.get(p, 0) for p in sealed.end)
+    return total
 
 
-def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: float) -> dict:
+def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: float, tables: list[str]) -> dict:
     roots = [stack.airflow.processes["scheduler"].pid(), *stack.spark_connect.pids()]
     with TreeMemory([pid for pid in roots if pid]) as memory:
-        run_id = api.trigger({"tables": [TABLE]})
+        run_id = api.trigger({"tables": tables})
         state, task_instances = follow_run(api, run_id, timeout)
     run = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}")
     return {
@@ -233,33 +279,56 @@ def run_scenario(
     scenario: Scenario, repeats: int, timeout: float, spark_conf: dict[str, str] | None = None
 ) -> dict[str, Any]:
     os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"
-    stack = Stack(airflow=True)
-    config = stack.config
+    tables = scenario.table_names
+    config = StackConfig()
+    if tables != [TABLE]:
+        config = dataclasses.replace(config, captured_tables=(*tables, WATERMARK_TABLE))
+    stack = Stack(config, airflow=True)
     stack.down(destroy=True)
     events = spark_event_logs(config.run_dir, spark_conf)
+    own_config = os.environ.pop("CDC_TABLES_CONFIG", None)  # a later scenario gets the caller's back
+    if tables != [TABLE]:
+        tables_file = config.run_dir / "bench-tables.yaml"
+        tables_file.write_text(yaml.safe_dump(tables_config(tables, config.topic_prefix), sort_keys=False))
+        os.environ["CDC_TABLES_CONFIG"] = str(tables_file)  # the stack hands it to Airflow's tasks
+    elif own_config is not None:
+        os.environ["CDC_TABLES_CONFIG"] = own_config
     try:
         stack.up(register=False)
-        load_rows(config.pg_dsn, scenario.rows)
+        create_tables(config.pg_dsn, tables)
+        for table in tables:
+            load_rows(config.pg_dsn, scenario.rows, table)
         stack.register_connector()
         api = AirflowApi(config)
         wait_until(lambda: _dag_ready(api), timeout=300, what=f"DAG {DAG_ID} parsed", interval=2)
-        print(f"== {scenario.name}: first run over {scenario.rows:,} rows (builds the lake; not measured)")
-        first = trigger_and_follow(api, stack, events, timeout)
+        print(
+            f"== {scenario.name}: first run over {len(tables)} x {scenario.rows:,} rows (builds the lake; not measured)"
+        )
+        first = trigger_and_follow(api, stack, events, timeout, tables)
         print(f"   {first['state']} in {first['seconds']} s")
         previous = first["run_id"]
         runs = []
         for repeat in range(repeats):
-            changes = make_changes(config.pg_dsn, scenario.changes, seed=repeat + 1)
+            changes: dict[str, int] = {}
+            for table in tables:
+                for kind, count in make_changes(config.pg_dsn, scenario.changes, repeat + 1, table).items():
+                    changes[kind] = changes.get(kind, 0) + count
             redelivered = 0
-            if scenario.redelivered:
+            for table in tables if scenario.redelivered else ():
                 with state_store.connect(config.state_dsn) as conn:
-                    start = state_store.get_range(conn, previous, TABLE).end
-                topic = config.topic_for(TABLE)
-                redelivered = redeliver(
-                    config.bootstrap_servers, topic, start, scenario.redelivered, scenario.changes, timeout=300
+                    start = state_store.get_range(conn, previous, table).end
+                redelivered += redeliver(
+                    config.bootstrap_servers,
+                    config.topic_for(table),
+                    start,
+                    scenario.redelivered,
+                    scenario.changes,
+                    timeout=300,
                 )
-            run = trigger_and_follow(api, stack, events, timeout)
-            run.update(changes=changes, redelivered=redelivered, range_records=range_records(config, run["run_id"]))
+            run = trigger_and_follow(api, stack, events, timeout, tables)
+            run.update(
+                changes=changes, redelivered=redelivered, range_records=range_records(config, run["run_id"], tables)
+            )
             print(
                 f"   run {repeat + 1}: {run['state']} in {run['seconds']} s; tasks {json.dumps(run['tasks'])}; "
                 f"peak RSS {run['peak_rss_mib']} MiB"
@@ -269,6 +338,9 @@ def run_scenario(
         return {"scenario": dataclasses.asdict(scenario), "first_run": first, "runs": runs}
     finally:
         stack.down()
+        os.environ.pop("CDC_TABLES_CONFIG", None)
+        if own_config is not None:
+            os.environ["CDC_TABLES_CONFIG"] = own_config
 
 
 def _dag_ready(api: AirflowApi) -> bool:
@@ -284,7 +356,12 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     if "error" in result:
         return [f"## {scenario['name']}", "", f"failed: {result['error']}"]
     runs = [r for r in result["runs"] if r["state"] == "success"]
-    lines = [f"## {scenario['name']}: {scenario['rows']:,} rows, {scenario['changes']:,} changes per run"]
+    tables = scenario.get("tables", 1)
+    per_table = " per table" if tables > 1 else ""
+    lines = [
+        f"## {scenario['name']}: {tables} table{'s' if tables > 1 else ''}, {scenario['rows']:,} rows, "
+        f"{scenario['changes']:,} changes per run{per_table}"
+    ]
     if not runs:
         return [*lines, "", "no measured run succeeded"]
     wall = stats.summarise([r["seconds"] for r in runs])

@@ -101,3 +101,29 @@ def test_a_spark_setting_without_a_value_is_refused_before_anything_starts(capsy
         dag_runs.main(["--spark-conf", "spark.sql.adaptive.enabled"])
     assert exit_.value.code == 2
     assert "--spark-conf takes KEY=VALUE" in capsys.readouterr().err
+
+
+def test_the_ten_table_scenario_names_its_tables_in_a_configuration_the_jobs_accept(tmp_path) -> None:
+    import yaml
+
+    from cdc_reconcile.config import load_config
+
+    scenario = dag_runs.SCENARIOS["ten-tables"]
+    assert scenario.table_names[0] == "public.bench_t01" and scenario.table_names[-1] == "public.bench_t10"
+    assert dag_runs.SCENARIOS["demo"].table_names == [dag_runs.TABLE]
+    path = tmp_path / "tables.yaml"
+    path.write_text(yaml.safe_dump(dag_runs.tables_config(scenario.table_names, "cdc")))
+    config = load_config(path)
+    assert [t.name for t in config.tables] == scenario.table_names
+    assert {tuple(t.key) for t in config.tables} == {("id",)}
+
+
+def test_the_summary_of_several_tables_says_the_sizes_are_per_table() -> None:
+    result = {
+        "scenario": {"name": "ten-tables", "rows": 100_000, "changes": 10_000, "redelivered": 0.0, "tables": 10},
+        "first_run": {"seconds": 900.0},
+        "runs": [],
+    }
+    assert dag_runs.summary_lines(result)[0] == (
+        "## ten-tables: 10 tables, 100,000 rows, 10,000 changes per run per table"
+    )
