@@ -286,13 +286,11 @@ def run_scenario(
     stack = Stack(config, airflow=True)
     stack.down(destroy=True)
     events = spark_event_logs(config.run_dir, spark_conf)
-    own_config = os.environ.pop("CDC_TABLES_CONFIG", None)  # a later scenario gets the caller's back
+    callers_config = os.environ.get("CDC_TABLES_CONFIG")  # restored for the next scenario
     if tables != [TABLE]:
         tables_file = config.run_dir / "bench-tables.yaml"
         tables_file.write_text(yaml.safe_dump(tables_config(tables, config.topic_prefix), sort_keys=False))
         os.environ["CDC_TABLES_CONFIG"] = str(tables_file)  # the stack hands it to Airflow's tasks
-    elif own_config is not None:
-        os.environ["CDC_TABLES_CONFIG"] = own_config
     try:
         stack.up(register=False)
         create_tables(config.pg_dsn, tables)
@@ -338,9 +336,10 @@ def run_scenario(
         return {"scenario": dataclasses.asdict(scenario), "first_run": first, "runs": runs}
     finally:
         stack.down()
-        os.environ.pop("CDC_TABLES_CONFIG", None)
-        if own_config is not None:
-            os.environ["CDC_TABLES_CONFIG"] = own_config
+        if callers_config is None:
+            os.environ.pop("CDC_TABLES_CONFIG", None)
+        else:
+            os.environ["CDC_TABLES_CONFIG"] = callers_config
 
 
 def _dag_ready(api: AirflowApi) -> bool:

@@ -35,7 +35,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psutil
 import psycopg
 import pytest
-import requests
 
 from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
@@ -200,9 +199,9 @@ def hdfs_table_rows(config, stack, location: str, into) -> set[tuple]:
     }
 
 
-def spark_cluster_apps(config) -> list[dict]:
+def spark_cluster_apps(stack) -> list[dict]:
     """Every application the stack's Spark master ran or runs, from its own status page."""
-    master = requests.get(f"{config.spark_master_ui_url}/json/", timeout=10).json()
+    master = stack.spark.master_state()
     return [*master.get("activeapps", []), *master.get("completedapps", [])]
 
 
@@ -415,7 +414,7 @@ def test_runs_on_the_spark_cluster_with_the_lake_on_hdfs_keep_the_table_equal_to
     stack.start_cluster()
     alerts_before = list(alerts.received)
     try:
-        before = {app["id"] for app in spark_cluster_apps(config)}
+        before = {app["id"] for app in spark_cluster_apps(stack)}
         conf_dir = tmp_path / "spark-conf"
         conf_dir.mkdir()
         # the deployment's spark-defaults.conf (the tasks load it with --load-spark-defaults)
@@ -459,7 +458,7 @@ def test_runs_on_the_spark_cluster_with_the_lake_on_hdfs_keep_the_table_equal_to
 
         assert hdfs_table_rows(config, stack, f"{lake_root}/{TABLE}/table", tmp_path / "table") == source_rows(pg)
         assert not (config.lake_root / "cluster-run").exists(), "the lake went to the local filesystem"
-        apps = [app for app in spark_cluster_apps(config) if app["id"] not in before]
+        apps = [app for app in spark_cluster_apps(stack) if app["id"] not in before]
         names = sorted(app["name"] for app in apps)  # "<job>:<table>", one application per Spark task
         for job in ("snapshot_source", "compact_cdc", "validate"):
             assert sum(name.startswith(f"{job}:") for name in names) >= 2, (job, names)  # both runs
