@@ -59,6 +59,7 @@ def changelog(spark: SparkSession, ids: DataFrame, *, op: Any, first_offset: int
             F.lit(0).alias("partition"),
             (F.lit(first_offset).cast("long") + F.col("id")).alias("offset"),
             F.lit(0).alias("sub"),
+            F.lit(None).cast("long").alias("segment"),
             (F.lit(first_offset).cast("long") + F.col("id")).alias("source_txid"),
             (F.lit(first_offset).cast("long") * 10 + F.col("id")).alias("source_lsn"),
             F.lit(1).cast("long").alias("source_ts_ms"),

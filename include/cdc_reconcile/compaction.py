@@ -55,6 +55,12 @@ CDC_FIELDS = {
     "_cdc_origin": "origin",
 }
 CDC_COLUMNS = tuple(CDC_FIELDS)
+# the fold's order of a key's events (see ``fold_order``): the previous table's row, then the range's
+FOLD_PHASE = "_phase"
+PREVIOUS_PHASE = 0
+RANGE_PHASE = 1
+# a changelog column: the first LSN of the key's changes in the row's partition (see ``key_segment``)
+SEGMENT = "segment"
 
 
 def change_events(parsed: DataFrame) -> DataFrame:
@@ -222,8 +228,27 @@ def with_raw_values(quarantined: DataFrame, events: DataFrame) -> DataFrame:
     return F.broadcast(quarantined.drop("raw_value")).join(raw, position, "inner").select(*QUARANTINE_COLUMNS)
 
 
-def changelog_rows(decoded: DataFrame, key: Sequence[str]) -> tuple[DataFrame, DataFrame]:
-    """Split decoded changes into changelog rows and quarantine rows."""
+def key_segment() -> Column:
+    """Per Kafka key and partition, the first LSN of the key's changes there (redeliveries aside).
+
+    Debezium's producer sends a key to ``hash(key) % partitions``, so a key's changes stay in one
+    partition until partitions are added; its later changes go to another partition, where offsets
+    start small again. Offsets order a key's changes only within a partition. Its changes in one
+    partition are contiguous in time (a key moves once per added partition count), and PostgreSQL
+    writes each change of a row after the previous one committed, so the first LSN of each
+    partition's run orders the runs: :func:`fold_order` sorts by segment before offset.
+    """
+    same_partition = Window.partitionBy("key").orderBy("partition").rangeBetween(0, 0)
+    first_change = F.when(F.col("duplicate_class").isNull(), F.col("source_lsn"))
+    return F.min(first_change).over(same_partition)
+
+
+def changelog_rows(decoded: DataFrame, key: Sequence[str], *, segments: bool = True) -> tuple[DataFrame, DataFrame]:
+    """Split decoded changes into changelog rows and quarantine rows.
+
+    ``segments``: whether the range may hold a key in several partitions (a topic of one partition
+    cannot); without, ``segment`` is null and offsets alone order a key's changes.
+    """
     ok, quarantined = split_decoded(decoded)
     changelog = ok.select(
         *key_columns(key, "after_row", "before_row"),
@@ -232,6 +257,7 @@ def changelog_rows(decoded: DataFrame, key: Sequence[str]) -> tuple[DataFrame, D
         "partition",
         "offset",
         F.lit(0).alias("sub"),
+        (key_segment() if segments else F.lit(None).cast("long")).alias(SEGMENT),
         "source_txid",
         "source_lsn",
         "source_ts_ms",
@@ -296,21 +322,36 @@ def newest_truncate(changelog: DataFrame) -> DataFrame:
 
 
 def after_truncate(events: DataFrame, truncate: DataFrame) -> DataFrame:
-    """``events`` (``partition``, ``offset``, ``source_lsn``) that the newest truncate did not empty.
+    """``events`` (``partition``, ``offset``, ``source_lsn``, fold order) that the newest truncate did not empty.
 
-    A repair of a key with no known position sits at partition -1, before everything: a truncate
-    empties it too (a visible one has already moved this range's repairs after it, see ``repair``).
+    The previous table's rows all precede it. A repair of a key with no known position sits at
+    partition -1, before everything of the range: a truncate empties it too (a visible one has already
+    moved this range's repairs after it, see ``repair``). A repair placed after a change carries that
+    change's LSN, which orders it against a truncate in another partition.
     """
     joined = events.join(F.broadcast(truncate), F.lit(True), "left")
     same_partition = F.col("partition") == F.col("t_partition")
+    lsn = F.col("source_lsn")
     survives = F.col("t_offset").isNull() | (
-        (F.col("partition") >= 0)
+        (F.col(FOLD_PHASE) == RANGE_PHASE)
+        & (F.col("partition") >= 0)
         & (
             (same_partition & (F.col("offset") >= F.col("t_offset")))
-            | (~same_partition & F.coalesce(F.col("source_lsn") > F.col("t_lsn"), F.lit(True)))
+            | (~same_partition & F.coalesce(lsn > F.col("t_lsn"), F.lit(True)))
         )
     )
     return joined.filter(survives).drop("t_partition", "t_offset", "t_lsn")
+
+
+def fold_order(*, descending: bool = False) -> list[Column]:
+    """A key's events in the order they happened: the previous table's row, then the range's.
+
+    The range's by segment (:func:`key_segment`; null first: a repair placed before the range's
+    changes), then offset and sub-position.
+    """
+    if descending:
+        return [F.col(FOLD_PHASE).desc(), F.col(SEGMENT).desc_nulls_last(), F.col("offset").desc(), F.col("sub").desc()]
+    return [F.col(FOLD_PHASE).asc(), F.col(SEGMENT).asc_nulls_first(), F.col("offset").asc(), F.col("sub").asc()]
 
 
 def spec_image(row: Column, spec: TableSpec) -> Column:
@@ -347,7 +388,7 @@ def _known_value(column: str, key: Sequence[str]) -> Column:
     """struct(v): the key's newest available value of ``column`` up to this event; null when none is known."""
     so_far = (
         Window.partitionBy(*names.columns(key))
-        .orderBy("offset", "sub")
+        .orderBy(*fold_order())
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
     available = F.col("after_row").isNotNull() & ~is_unavailable("after_row", column)
@@ -430,28 +471,36 @@ def fold_table(
     """Latest state per key, deletes removed: the lake table.
 
     ``previous`` is the lake table of the last run (folded incrementally: its rows come before every
-    new event of their key); ``resets`` comes from :func:`snapshot_resets`. Redeliveries still in the
-    changelog (before repair) are skipped; the newest truncate empties what came before it.
+    new event of their key, whatever their offsets: after partitions are added, a key's new changes
+    sit at smaller offsets of another partition); ``resets`` comes from :func:`snapshot_resets`.
+    Redeliveries still in the changelog (before repair) are skipped; the newest truncate empties what
+    came before it.
     """
-    fields = ["op", "partition", "offset", "sub", "source_txid", "source_lsn", "origin", "after_row"]
+    fields = ["op", "partition", "offset", "sub", SEGMENT, "source_txid", "source_lsn", "origin", "after_row"]
+    if SEGMENT not in changelog.columns:
+        changelog = changelog.withColumn(SEGMENT, F.lit(None).cast("long"))
     rows = without_redeliveries(changelog)
     events = (
         rows.filter(F.col("op") != TRUNCATE)
         .withColumn("after_row", spec_image(F.col("after_row"), spec))
-        .select(*names.columns(key), *fields)
+        .select(*names.columns(key), *fields, F.lit(RANGE_PHASE).alias(FOLD_PHASE))
     )
     if previous is not None:
-        events = events.unionByName(table_as_changelog(previous, spec, key).select(*names.columns(key), *fields))
+        earlier = table_as_changelog(previous, spec, key).withColumn(SEGMENT, F.lit(None).cast("long"))
+        earlier = earlier.select(*names.columns(key), *fields)
+        events = events.unionByName(earlier.withColumn(FOLD_PHASE, F.lit(PREVIOUS_PHASE)))
     events = after_truncate(events, newest_truncate(rows))
     if resets is not None:
+        # a round images the whole table: a repair without a known position (partition -1) goes too
+        unplaced = resets.limit(1).select(F.lit(-1).alias("partition"), F.lit(0).cast("long").alias("reset_offset"))
         events = (
-            events.join(F.broadcast(resets), "partition", "left")
+            events.join(F.broadcast(resets.unionByName(unplaced)), "partition", "left")
             .filter(F.col("reset_offset").isNull() | (F.col("offset") >= F.col("reset_offset")))
             .drop("reset_offset")
         )
     events = with_key_change_values(events, spec, key)
     filled = [_known_value(c, key).getField("v").alias(c) for c in spec if c not in key]
-    latest = Window.partitionBy(*names.columns(key)).orderBy(F.col("offset").desc(), F.col("sub").desc())
+    latest = Window.partitionBy(*names.columns(key)).orderBy(*fold_order(descending=True))
     state = events.select(
         *names.columns(key),
         *filled,

@@ -2,11 +2,13 @@
 
 Each difference found against the snapshot becomes one changelog row with origin ``reconcile``: the
 snapshot's row (op ``r``) for a missing or stale key, a delete (op ``d``) for an extra one. It is
-placed right after the key's last event that the snapshot saw (sub-position 1 at that offset), and
-never before a truncate the snapshot saw, so events the snapshot did not see yet still come after it
-and win. The lake table stays the fold of
-the changelog. Duplicates are dropped from the changelog (``resolve_duplicates``); ``events`` and
-``duplicates`` keep them for the audit. Every repaired key and every duplicate is one audit row.
+placed right after the key's last event that the snapshot saw (sub-position 1 at that offset, with
+that event's segment and LSN; before the range's events when the snapshot saw none), and never
+before a truncate the snapshot saw, so events the snapshot did not see yet still come after it and
+win. A repair has no transaction of its own: its ``source_lsn`` is that of the change it follows.
+The lake table stays the fold of the changelog. Duplicates are dropped from the changelog
+(``resolve_duplicates``); ``events`` and ``duplicates`` keep them for the audit. Every repaired key
+and every duplicate is one audit row.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from .compaction import (
     ORIGIN_DEBEZIUM,
     ORIGIN_RECONCILE,
     REDELIVERY,
+    SEGMENT,
     SNAPSHOT_RERUN,
     TRUNCATE,
     TRUNCATE_KEY,
     newest_truncate,
+    table_image_event,
     without_redeliveries,
 )
 from .debezium.decoding import DECODE_ERRORS_FIELD, UNAVAILABLE_FIELD
@@ -57,14 +61,37 @@ def resolve_duplicates(changelog: DataFrame) -> DataFrame:
 
 
 def last_visible_positions(visible: DataFrame, key: Sequence[str]) -> DataFrame:
-    """Per key, the partition and offset of its last change that the snapshot saw."""
+    """Per key, the partition, offset and LSN of its last change that the snapshot saw, in fold order."""
     return (
         visible.filter(F.col("op") != TRUNCATE)
         .groupBy(*names.columns(key))
-        .agg(
-            F.max(F.struct("offset", "partition")).alias("_pos"),
+        .agg(F.max(F.struct(SEGMENT, "offset", "partition", "source_lsn")).alias("_pos"))
+        .select(
+            *names.columns(key),
+            F.col("_pos.partition").alias("partition"),
+            F.col("_pos.offset").alias("offset"),
+            F.col("_pos.source_lsn").alias("lsn"),
+            F.col(f"_pos.{SEGMENT}").alias("_placed_segment"),
         )
-        .select(*names.columns(key), F.col("_pos.partition").alias("partition"), F.col("_pos.offset").alias("offset"))
+    )
+
+
+def newest_round_start(visible: DataFrame) -> DataFrame:
+    """The first read (``r_partition``, ``r_offset``, ``r_lsn``) of the newest table-image round the snapshot saw.
+
+    One row, or none when the range holds no such round.
+    """
+    reads = visible.filter(table_image_event() & (F.col("origin") == ORIGIN_DEBEZIUM))
+    # a round's reads share its LSN: the newest round's (largest LSN), then its first (partition, offset)
+    first = reads.agg(
+        F.min_by(
+            F.struct("partition", "offset", "source_lsn"), F.struct(-F.col("source_lsn"), "partition", "offset")
+        ).alias("_r")
+    ).filter(F.col("_r").isNotNull())
+    return first.select(
+        F.col("_r.partition").alias("r_partition"),
+        F.col("_r.offset").alias("r_offset"),
+        F.col("_r.source_lsn").alias("r_lsn"),
     )
 
 
@@ -74,27 +101,16 @@ def repair_events(
     visible: DataFrame,
     spec: TableSpec,
     key: Sequence[str],
-    *,
-    previous: DataFrame | None = None,
 ) -> DataFrame:
     """Changelog rows that make the lake equal to the snapshot, placed at the snapshot.
 
-    ``visible`` are this range's changelog rows the snapshot saw; ``previous`` the last run's table
-    (its keys' positions count too when this range has no event for them).
+    ``visible`` are this range's changelog rows the snapshot saw. A key with none of them is repaired
+    before every change of the range (partition -1), after the previous table's row, which every
+    range change follows whatever its offset (see ``compaction.fold_order``); when the snapshot saw a
+    table-image round in the range, at that round's first read instead, so that the round's reset
+    (which empties what precedes it) leaves the repair.
     """
     positions = last_visible_positions(visible, key)
-    if previous is not None:
-        earlier = previous.select(
-            *names.columns(key), F.col("_cdc_partition").alias("partition"), F.col("_cdc_offset").alias("offset")
-        )
-        positions = (
-            positions.unionByName(earlier)
-            .groupBy(*names.columns(key))
-            .agg(F.max(F.struct("offset", "partition")).alias("_pos"))
-            .select(
-                *names.columns(key), F.col("_pos.partition").alias("partition"), F.col("_pos.offset").alias("offset")
-            )
-        )
     columns = list(spec)
     snapshot_rows = conform(source, source, columns)
     after = F.struct(
@@ -104,12 +120,34 @@ def repair_events(
     )
     wanted = diff.filter(F.col("kind").isin(MISSING, STALE, EXTRA)).select(*names.columns(key), "kind")
     rows = wanted.join(snapshot_rows, list(key), "left").join(positions, list(key), "left")
+    rows = rows.join(F.broadcast(newest_round_start(visible)), F.lit(True), "left")
+    rows = rows.withColumn("_unplaced", F.col("partition").isNull())
+    unplaced = F.col("_unplaced")
+    rows = rows.select(
+        *(names.column(c) for c in rows.columns if c not in ("partition", "offset", "lsn")),
+        F.when(unplaced, F.col("r_partition")).otherwise(F.col("partition")).alias("partition"),
+        F.when(unplaced, F.col("r_offset")).otherwise(F.col("offset")).alias("offset"),
+        F.when(unplaced, F.col("r_lsn")).otherwise(F.col("lsn")).alias("lsn"),
+    )
     # a key last seen before a truncate the snapshot saw is repaired after that truncate, not before
     rows = rows.join(F.broadcast(newest_truncate(visible)), F.lit(True), "left")
-    before_it = (F.col("partition") == F.col("t_partition")) & (F.col("offset") < F.col("t_offset"))
-    emptied = F.col("t_partition").isNotNull() & (F.col("partition").isNull() | before_it)
-    rows = rows.withColumn("partition", F.when(emptied, F.col("t_partition")).otherwise(F.col("partition")))
-    rows = rows.withColumn("offset", F.when(emptied, F.col("t_offset")).otherwise(F.col("offset")))
+    same_partition = F.col("partition") == F.col("t_partition")
+    before_it = (same_partition & (F.col("offset") < F.col("t_offset"))) | (
+        ~same_partition & F.coalesce(F.col("lsn") < F.col("t_lsn"), F.lit(False))
+    )
+    moved = F.col("t_partition").isNotNull() & (F.col("partition").isNull() | F.coalesce(before_it, F.lit(True)))
+    rows = rows.withColumn("_emptied", moved)
+    emptied = F.col("_emptied")
+    rows = rows.select(
+        *(names.column(c) for c in rows.columns if c not in ("partition", "offset")),
+        F.when(emptied, F.col("t_partition")).otherwise(F.col("partition")).alias("partition"),
+        F.when(emptied, F.col("t_offset")).otherwise(F.col("offset")).alias("offset"),
+        # after the key's last seen change: in that change's segment; elsewhere (a round's start, after
+        # a truncate, -1): before the key's other changes in the range
+        F.when(~emptied & ~unplaced, F.col("_placed_segment")).alias(SEGMENT),
+        # the LSN of the change (or round) it follows, which orders it against a truncate in another partition
+        F.when(~emptied, F.col("lsn")).alias("placed_lsn"),
+    )
     return rows.select(
         *names.columns(key),
         _key_json(key).alias("key"),
@@ -117,8 +155,9 @@ def repair_events(
         F.coalesce(F.col("partition"), F.lit(-1)).cast("int").alias("partition"),
         F.coalesce(F.col("offset"), F.lit(-1)).cast("long").alias("offset"),
         F.lit(1).alias("sub"),
+        F.col(SEGMENT).cast("long").alias(SEGMENT),
         F.lit(None).cast("long").alias("source_txid"),
-        F.lit(None).cast("long").alias("source_lsn"),
+        F.col("placed_lsn").cast("long").alias("source_lsn"),
         F.lit(None).cast("long").alias("source_ts_ms"),
         F.lit(None).cast("string").alias("source_snapshot"),
         F.lit(None).cast("string").alias("duplicate_class"),

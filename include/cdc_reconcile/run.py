@@ -19,6 +19,7 @@ table, earlier ranges) are loaded once per object and dropped when a step writes
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -294,7 +295,7 @@ class TableRun:
             changes = with_decimal_scales(changes)
         marked = kept(mark_duplicates(without_raw_values(changes), state=state))
         decoded = kept(decode_changes(marked, spec, self.table.key, self.settings.decode_options, lineage))
-        changelog, undecodable = changelog_rows(decoded, self.table.key)
+        changelog, undecodable = changelog_rows(decoded, self.table.key, segments=_several_partitions(ending))
         quarantined = bad_records.unionByName(foreign_events(events, name)).unionByName(
             with_raw_values(undecodable, events)
         )
@@ -609,7 +610,6 @@ class TableRun:
             visible_changes(base, inputs.snapshot.visibility),
             inputs.snapshot.spec,
             key,
-            previous=inputs.previous,
         )
         duplicates = run_partition(self.spark, lake.duplicates, self.run_id)
         audit = audit_rows(diff, duplicates, key, run_id=self.run_id, table_name=lake.name, dry_run=dry_run)
@@ -638,3 +638,12 @@ class TableRun:
                     conn, self.run_id, lake.name, (row.asDict() for row in audit_written.toLocalIterator())
                 )
         return summary
+
+
+def _several_partitions(ending: str) -> bool:
+    """Whether a range (Spark's ``endingOffsets`` JSON) spans more than one partition: a key may then move."""
+    try:
+        topics = json.loads(ending)
+    except ValueError:
+        return True
+    return not isinstance(topics, dict) or sum(len(partitions) for partitions in topics.values()) > 1

@@ -7,7 +7,7 @@ It starts from empty data once per session and is taken down at the end.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -211,12 +211,20 @@ def _topic_exists(bootstrap: str, topic: str) -> bool:
 
 @contextmanager
 def own_connector(
-    stack: Stack, config: StackConfig, *, prefix: str, slot: str, tables: Sequence[str], create: Sequence[str]
+    stack: Stack,
+    config: StackConfig,
+    *,
+    prefix: str,
+    slot: str,
+    tables: Sequence[str],
+    create: Sequence[str],
+    extra: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """Tables of a test's own, captured by a connector of its own (own topics, slot and publication).
 
     ``create`` makes the tables (dropped first and again at the end); the watermark table is captured
-    too, so the run's seal works on the test's topics. Yields the connector's name.
+    too, so the run's seal works on the test's topics. ``extra``: connector settings on top of the
+    stack's. Yields the connector's name.
     """
     name = f"cdc-{prefix}"
     with psycopg.connect(config.pg_dsn, autocommit=True) as pg:
@@ -232,6 +240,7 @@ def own_connector(
             "slot.name": slot,
             "publication.name": slot,
             "table.include.list": ",".join([*tables, load_config().watermark_table]),
+            **(extra or {}),
         },
     )
     stack.connect.wait_connector_running(name, timeout=180)

@@ -76,7 +76,7 @@ def test_fold_diff_and_repair_take_dotted_and_spaced_names_as_names(spark):
     report = summarise(diff, as_of, source, KEY)
     assert report.samples[MISSING] == [{"order.id": 3, "line no": 1}]
 
-    repairs = repair_events(diff, source, visible_changes(changelog, SNAPSHOT), SPEC, KEY, previous=table)
+    repairs = repair_events(diff, source, visible_changes(changelog, SNAPSHOT), SPEC, KEY)
     repaired = changelog.unionByName(repairs)
     assert diff_rows(lake_as_of(repaired, SNAPSHOT, SPEC, KEY), source, KEY, COLUMNS).count() == 0
     audit = audit_rows(diff, None, KEY, run_id="run-1", table_name="public.items", dry_run=False)

@@ -362,3 +362,44 @@ def test_an_event_of_another_table_in_the_topic_is_quarantined_not_folded(spark)
         foreign_events(good, "public.items").select("offset", "reason"),
         [Row(offset=1, reason="event of public.invoices in the topic of public.items")],
     )
+
+
+def test_changes_after_partitions_were_added_win_over_the_previous_table_at_larger_offsets(spark):
+    # key 1's last change before the add sits at offset 40 of partition 0; after the topic grew, its
+    # changes go to partition 2, whose offsets start at 0
+    first = [item_event(40, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001, partition=0)]
+    previous, _ = fold(spark, first)
+    later = [
+        item_event(0, "u", 1, {"id": 1, "name": "a2", "qty": 2}, txid=102, lsn=1002, partition=2),
+        item_event(1, "c", 2, {"id": 2, "name": "b", "qty": 1}, txid=103, lsn=1003, partition=2),
+    ]
+    result, _ = fold(spark, later, previous=previous)
+    assertDataFrameEqual(state(result), items(spark, [(1, "a2", 2), (2, "b", 1)]))
+
+
+def test_a_key_that_moved_partitions_inside_the_range_folds_in_lsn_order_of_its_runs(spark):
+    # the topic grew during the range: key 1's first changes at offsets 50-51 of partition 1, its later
+    # ones at offsets 3-4 of partition 4; each partition's run of the key is ordered by its first LSN
+    rows = [
+        item_event(50, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001, partition=1),
+        item_event(51, "u", 1, {"id": 1, "name": "a2", "qty": 2}, txid=102, lsn=1002, partition=1),
+        item_event(3, "u", 1, {"id": 1, "name": "a3", "qty": 3}, txid=105, lsn=1005, partition=4),
+        item_event(4, "d", 1, None, {"id": 1, "name": "a3", "qty": 3}, txid=106, lsn=1006, partition=4),
+        item_event(52, "c", 2, {"id": 2, "name": "b", "qty": 1}, txid=103, lsn=1003, partition=1),
+        item_event(2, "u", 2, {"id": 2, "name": "b2", "qty": 2}, txid=104, lsn=1004, partition=4),
+    ]
+    result, _ = fold(spark, rows)
+    assertDataFrameEqual(state(result), items(spark, [(2, "b2", 2)]))
+    # and the same range on top of a previous table holding both keys at larger offsets
+    previous = items(spark, [(1, "old", 0), (2, "old", 0)]).select(
+        "*",
+        F.lit("u").alias("_cdc_op"),
+        F.lit(0).alias("_cdc_partition"),
+        F.lit(900).cast("long").alias("_cdc_offset"),
+        F.lit(0).alias("_cdc_sub"),
+        F.lit(90).cast("long").alias("_cdc_txid"),
+        F.lit(900).cast("long").alias("_cdc_lsn"),
+        F.lit("debezium").alias("_cdc_origin"),
+    )
+    result, _ = fold(spark, rows, previous=previous)
+    assertDataFrameEqual(state(result), items(spark, [(2, "b2", 2)]))

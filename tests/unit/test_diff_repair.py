@@ -101,17 +101,15 @@ def test_repair_events_make_the_lake_equal_the_snapshot_and_later_events_still_w
     assert all(r["after_hash"] is None for r in audit.collect() if r["kind"] == EXTRA)
 
 
-def test_repair_of_a_key_known_only_from_the_previous_table_is_placed_after_it(spark):
+def test_repair_of_a_key_known_only_from_the_previous_table_comes_before_the_range(spark):
     first = changelog_of(spark, [item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10)])
     previous = fold_table(first, ITEMS_SPEC, ITEMS_KEY)
     empty_range = first.limit(0)
     snapshot = items(spark, [(1, "b", 2)])
     as_of = lake_as_of(empty_range, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY, previous=previous)
     diff = diff_rows(as_of, snapshot, ITEMS_KEY, COLUMNS)
-    repairs = repair_events(
-        diff, snapshot, visible_changes(empty_range, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY, previous=previous
-    )
-    assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(0, 0, 1)]
+    repairs = repair_events(diff, snapshot, visible_changes(empty_range, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
+    assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(-1, -1, 1)]
     table = fold_table(repairs, ITEMS_SPEC, ITEMS_KEY, previous=previous).select(*COLUMNS)
     assertDataFrameEqual(table, snapshot)
 
@@ -178,3 +176,79 @@ def test_a_later_truncate_empties_a_row_repaired_without_a_known_position(spark)
     assert previous.count() == 2
     second = changelog_of(spark, [item_truncate(5, txid=95, lsn=50)])
     assert fold_table(second, ITEMS_SPEC, ITEMS_KEY, previous=previous).count() == 0
+
+
+def test_a_repair_placed_after_a_change_in_another_partition_is_emptied_by_a_later_truncate(spark):
+    # key 1's last change the snapshot saw is in partition 1; a truncate the snapshot did not see
+    # (txid 112) follows in partition 0: the repair, at key 1's position, must not outlive it
+    changelog = changelog_of(
+        spark,
+        [
+            item_event(7, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10, partition=1),
+            item_truncate(3, txid=112, lsn=20, partition=0),
+        ],
+    )
+    snapshot = items(spark, [(1, "b", 2)])
+    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
+    assert [(r["id"], r["kind"]) for r in diff.collect()] == [(1, STALE)]
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
+    assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(1, 7, 1)]
+    repaired = changelog.unionByName(repairs)
+    assert diff_rows(lake_as_of(repaired, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS).count() == 0
+    assert fold_table(repaired, ITEMS_SPEC, ITEMS_KEY).count() == 0
+
+
+def test_a_repair_after_a_visible_truncate_in_another_partition_moves_after_it(spark):
+    changelog = changelog_of(
+        spark,
+        [
+            item_event(7, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10, partition=1),
+            item_truncate(3, txid=92, lsn=20, partition=0),
+        ],
+    )
+    # key 1 was inserted again after the truncate, and that event never arrived
+    snapshot = items(spark, [(1, "again", 5)])
+    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
+    assert [(r["id"], r["kind"]) for r in diff.collect()] == [(1, MISSING)]
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
+    assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(0, 3, 1)]
+    repaired = changelog.unionByName(repairs)
+    assertDataFrameEqual(fold_table(repaired, ITEMS_SPEC, ITEMS_KEY).select(*COLUMNS), snapshot)
+
+
+def test_a_key_without_a_visible_change_is_repaired_at_the_start_of_a_visible_snapshot_round(spark):
+    # a snapshot round the snapshot saw resets the table; key 2's read of it never arrived
+    changelog = changelog_of(
+        spark,
+        [
+            item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10),
+            item_event(4, "r", 1, {"id": 1, "name": "a", "qty": 1}, txid=95, lsn=50, snapshot="true", partition=1),
+            item_event(5, "r", 3, {"id": 3, "name": "c", "qty": 3}, txid=95, lsn=50, snapshot="last", partition=1),
+        ],
+    )
+    snapshot = items(spark, [(1, "a", 1), (2, "b", 2), (3, "c", 3)])
+    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
+    assert [(r["id"], r["kind"]) for r in diff.collect()] == [(2, MISSING)]
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
+    assert [(r["partition"], r["offset"], r["sub"]) for r in repairs.collect()] == [(1, 4, 1)]
+    repaired = changelog.unionByName(repairs)
+    assert diff_rows(lake_as_of(repaired, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS).count() == 0
+
+
+def test_a_repair_after_a_key_change_that_follows_a_visible_truncate_in_another_partition_survives_it(spark):
+    # key 1 changed in partition 1 before (lsn 10) and after (lsn 30) a truncate in partition 0 (lsn 20):
+    # its repair follows the change at lsn 30, so the truncate must not empty it
+    changelog = changelog_of(
+        spark,
+        [
+            item_event(7, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10, partition=1),
+            item_truncate(3, txid=92, lsn=20, partition=0),
+            item_event(8, "c", 1, {"id": 1, "name": "again", "qty": 2}, txid=93, lsn=30, partition=1),
+        ],
+    )
+    snapshot = items(spark, [(1, "fixed", 5)])
+    diff = diff_rows(lake_as_of(changelog, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
+    repairs = repair_events(diff, snapshot, visible_changes(changelog, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
+    assert [(r["partition"], r["offset"], r["sub"], r["source_lsn"]) for r in repairs.collect()] == [(1, 8, 1, 30)]
+    repaired = changelog.unionByName(repairs)
+    assertDataFrameEqual(fold_table(repaired, ITEMS_SPEC, ITEMS_KEY).select(*COLUMNS), snapshot)

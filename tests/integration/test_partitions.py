@@ -1,0 +1,124 @@
+"""A topic of several partitions, and partitions added between runs, while a writer keeps writing.
+
+Debezium's producer routes a key to ``hash(key) % partitions``: a key's changes stay in one partition
+until partitions are added, and then its later changes go to another partition, where offsets start
+again from small numbers. The table's topic starts with 3 partitions; after the first run it grows to
+5 (3 -> 5 moves keys between old partitions too, not only into new ones) while a writer updates,
+inserts and deletes rows. The run over the range that spans the change must find nothing to repair,
+and the lake must equal PostgreSQL read directly. A plain consumer shows that the range holds keys
+whose changes sit in two partitions: without them the test would prove nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from cdc_dev.stack import Stack, StackConfig
+from cdc_reconcile.config import TableConfig, load_config
+from cdc_reconcile.lake import TableLake
+from tests.support.kafka import consumer_end_offsets, read_range
+from tests.support.lake import delta_rows
+from tests.support.writer import Writer
+
+from .conftest import eventually, own_connector, run_once
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "parts"
+SLOT = "cdc_parts"
+TABLE = "public.part_items"
+TOPIC = f"{PREFIX}.{TABLE}"
+ROWS = 600
+CREATE = (f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, label text NOT NULL, qty integer NOT NULL)",)
+# the connector's producer learns of added partitions at its next metadata refresh (5 minutes by default)
+PRODUCER = {"producer.override.metadata.max.age.ms": "1000"}
+
+
+@pytest.fixture(scope="module")
+def partitioned_table(stack: Stack, config: StackConfig) -> Iterator[TableConfig]:
+    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
+    if TOPIC in admin.list_topics(timeout=30).topics:
+        admin.delete_topics([TOPIC])[TOPIC].result(timeout=60)
+        eventually(lambda: TOPIC not in admin.list_topics(timeout=30).topics, timeout=60, what=f"{TOPIC} deleted")
+    eventually(lambda: _created(admin), timeout=60, what=f"{TOPIC} created with 3 partitions")
+    with own_connector(stack, config, prefix=PREFIX, slot=SLOT, tables=(TABLE,), create=CREATE, extra=PRODUCER):
+        yield TableConfig(name=TABLE, key=("id",), topic_prefix=PREFIX)
+
+
+def _created(admin: AdminClient) -> bool:
+    """Create the topic; False while the broker still finishes deleting an earlier one."""
+    try:
+        admin.create_topics([NewTopic(TOPIC, 3, 1)])[TOPIC].result(timeout=30)
+    except Exception as exc:  # TOPIC_ALREADY_EXISTS while an earlier deletion finishes: try again
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise
+        return False
+    return True
+
+
+def change_rows(pg: psycopg.Connection, n: int) -> None:
+    """An update on a rotating key; every 7th transaction an insert, every 11th a delete."""
+    pg.execute(f"UPDATE {TABLE} SET qty = qty + 1, label = %s WHERE id = %s", (f"u{n}", n * 37 % ROWS + 1))
+    if n % 7 == 0:
+        pg.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, 0)", (10_000 + n, f"new {n}"))
+    if n % 11 == 0:
+        pg.execute(f"DELETE FROM {TABLE} WHERE id = %s", (n * 13 % ROWS + 1,))
+
+
+def lake_rows(lake: Path) -> dict[int, tuple[str, int]]:
+    """The published table, read with delta-rs, not through the pipeline's reader."""
+    table = delta_rows(TableLake(lake, TABLE).table, columns=["id", "label", "qty"])
+    return {r["id"]: (r["label"], r["qty"]) for r in table}
+
+
+def source_rows(pg: psycopg.Connection) -> dict[int, tuple[str, int]]:
+    return {r[0]: (r[1], r[2]) for r in pg.execute(f"SELECT id, label, qty FROM {TABLE}").fetchall()}
+
+
+def keys_in_two_partitions(bootstrap: str, start: dict[int, int], end: dict[int, int]) -> set[str]:
+    """Keys of the range with changes in more than one partition, counted with a plain consumer."""
+    partitions: dict[str, set[int]] = defaultdict(set)
+    for record in read_range(bootstrap, TOPIC, start, end):
+        if record.key is not None and record.payload is not None:
+            partitions[json.dumps(record.key_payload, sort_keys=True)].add(record.partition)
+    return {key for key, seen in partitions.items() if len(seen) > 1}
+
+
+def test_partitions_added_between_runs_under_load_leave_nothing_to_repair(
+    spark, config, pg, partitioned_table, tmp_path
+):
+    pg.execute(f"INSERT INTO {TABLE} SELECT g, 'row ' || g, g % 5 FROM generate_series(1, {ROWS}) g")
+    watermark = f"{PREFIX}.{load_config().watermark_table}"
+    _, report, first = run_once(spark, config, partitioned_table, tmp_path, "parts-1", watermark_topic=watermark)
+    assert report.clean, report.as_dict()
+    assert lake_rows(tmp_path) == source_rows(pg)
+    assert len(first.end) == 3, first
+
+    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
+    with Writer(config.pg_dsn, change_rows) as writer:
+        eventually(lambda: writer.wrote_at_least(100), timeout=120, what="changes before the partitions are added")
+        admin.create_partitions([NewPartitions(TOPIC, 5)])[TOPIC].result(timeout=60)
+        added_at = writer.transactions
+        eventually(
+            lambda: any(end > 0 for p, end in consumer_end_offsets(config.bootstrap_servers, TOPIC).items() if p >= 3),
+            timeout=120,
+            what="the connector writing to the added partitions",
+        )
+        eventually(lambda: writer.wrote_at_least(added_at + 200), timeout=120, what="changes after the add")
+        _, report, second = run_once(spark, config, partitioned_table, tmp_path, "parts-2", watermark_topic=watermark)
+        assert writer.wrote_at_least(added_at + 201)
+
+    moved = keys_in_two_partitions(config.bootstrap_servers, dict(first.end), dict(second.end))
+    assert moved, "no key of the range has changes in two partitions: the test proves nothing"
+    assert len(second.end) == 5, second
+    assert report.clean, (len(moved), report.as_dict())
+    _, report, _ = run_once(spark, config, partitioned_table, tmp_path, "parts-3", watermark_topic=watermark)
+    assert report.clean, report.as_dict()
+    assert lake_rows(tmp_path) == source_rows(pg)
