@@ -19,7 +19,9 @@ from cdc_reconcile.spark import build_session, spark_jars
 UNIT_CONF = {
     "spark.sql.shuffle.partitions": "1",
     "spark.default.parallelism": "2",
-    "spark.driver.memory": "1g",
+    # 2g as the integration session: a test that folds a fold of repairs plans a deep tree, and 1g
+    # ran out of heap late in a full unit run (the heap then holds every earlier test's leftovers)
+    "spark.driver.memory": "2g",
     "spark.sql.adaptive.enabled": "false",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",

@@ -170,9 +170,10 @@ def test_a_later_truncate_empties_a_row_repaired_without_a_known_position(spark)
     first = changelog_of(spark, [item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=90, lsn=10)])
     snapshot = items(spark, [(1, "a", 1), (2, "never-arrived", 2)])
     diff = diff_rows(lake_as_of(first, SNAPSHOT, ITEMS_SPEC, ITEMS_KEY), snapshot, ITEMS_KEY, COLUMNS)
-    repairs = repair_events(diff, snapshot, visible_changes(first, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY)
+    # materialized, as reconcile stores the repairs and the next run reads the table it published
+    repairs = repair_events(diff, snapshot, visible_changes(first, SNAPSHOT), ITEMS_SPEC, ITEMS_KEY).localCheckpoint()
     assert [(r["id"], r["partition"], r["offset"]) for r in repairs.collect()] == [(2, -1, -1)]
-    previous = fold_table(first.unionByName(repairs), ITEMS_SPEC, ITEMS_KEY)
+    previous = fold_table(first.unionByName(repairs), ITEMS_SPEC, ITEMS_KEY).localCheckpoint()
     assert previous.count() == 2
     second = changelog_of(spark, [item_truncate(5, txid=95, lsn=50)])
     assert fold_table(second, ITEMS_SPEC, ITEMS_KEY, previous=previous).count() == 0
