@@ -286,6 +286,8 @@ def _table_image_read() -> Column:
 def snapshot_resets(changelog: DataFrame, history: DataFrame | None = None) -> DataFrame:
     """Per partition, the first offset of the newest snapshot round that starts in this range.
 
+    With any such round, partition -1 too (offset 0): the repairs that sit before the range's changes.
+
     ``history`` (earlier changelog rows) tells which rounds were already folded; a round that began
     in an earlier range has already reset the lake table then. Repair events (op ``r``, origin
     ``reconcile``) are single rows, not snapshot rounds: they never reset anything.
@@ -297,11 +299,14 @@ def snapshot_resets(changelog: DataFrame, history: DataFrame | None = None) -> D
         seen = history.filter(_snapshot_read()).select("partition", "source_txid").distinct()
         rounds = rounds.join(seen, ["partition", "source_txid"], "left_anti")
     newest = Window.partitionBy("partition").orderBy(F.col("start").desc())
-    return (
+    resets = (
         rounds.withColumn("_n", F.row_number().over(newest))
         .filter("_n = 1")
         .select("partition", F.col("start").alias("reset_offset"))
     )
+    # a round images the whole table: repairs placed before the range (partition -1) go with it
+    unplaced = resets.limit(1).select(F.lit(-1).alias("partition"), F.lit(0).cast("long").alias("reset_offset"))
+    return resets.unionByName(unplaced)
 
 
 def newest_truncate(changelog: DataFrame) -> DataFrame:
@@ -491,10 +496,8 @@ def fold_table(
         events = events.unionByName(earlier.withColumn(FOLD_PHASE, F.lit(PREVIOUS_PHASE)))
     events = after_truncate(events, newest_truncate(rows))
     if resets is not None:
-        # a round images the whole table: a repair without a known position (partition -1) goes too
-        unplaced = resets.limit(1).select(F.lit(-1).alias("partition"), F.lit(0).cast("long").alias("reset_offset"))
         events = (
-            events.join(F.broadcast(resets.unionByName(unplaced)), "partition", "left")
+            events.join(F.broadcast(resets), "partition", "left")
             .filter(F.col("reset_offset").isNull() | (F.col("offset") >= F.col("reset_offset")))
             .drop("reset_offset")
         )

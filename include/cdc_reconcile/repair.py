@@ -121,13 +121,15 @@ def repair_events(
     wanted = diff.filter(F.col("kind").isin(MISSING, STALE, EXTRA)).select(*names.columns(key), "kind")
     rows = wanted.join(snapshot_rows, list(key), "left").join(positions, list(key), "left")
     rows = rows.join(F.broadcast(newest_round_start(visible)), F.lit(True), "left")
-    rows = rows.withColumn("_unplaced", F.col("partition").isNull())
-    unplaced = F.col("_unplaced")
-    rows = rows.select(
-        *(names.column(c) for c in rows.columns if c not in ("partition", "offset", "lsn")),
-        F.when(unplaced, F.col("r_partition")).otherwise(F.col("partition")).alias("partition"),
-        F.when(unplaced, F.col("r_offset")).otherwise(F.col("offset")).alias("offset"),
-        F.when(unplaced, F.col("r_lsn")).otherwise(F.col("lsn")).alias("lsn"),
+    # withColumns reads every expression against the frame before it: the old position, not the new
+    unplaced = F.col("partition").isNull()
+    rows = rows.withColumns(
+        {
+            "_unplaced": unplaced,
+            "partition": F.when(unplaced, F.col("r_partition")).otherwise(F.col("partition")),
+            "offset": F.when(unplaced, F.col("r_offset")).otherwise(F.col("offset")),
+            "lsn": F.when(unplaced, F.col("r_lsn")).otherwise(F.col("lsn")),
+        }
     )
     # a key last seen before a truncate the snapshot saw is repaired after that truncate, not before
     rows = rows.join(F.broadcast(newest_truncate(visible)), F.lit(True), "left")
@@ -135,18 +137,17 @@ def repair_events(
     before_it = (same_partition & (F.col("offset") < F.col("t_offset"))) | (
         ~same_partition & F.coalesce(F.col("lsn") < F.col("t_lsn"), F.lit(False))
     )
-    moved = F.col("t_partition").isNotNull() & (F.col("partition").isNull() | F.coalesce(before_it, F.lit(True)))
-    rows = rows.withColumn("_emptied", moved)
-    emptied = F.col("_emptied")
-    rows = rows.select(
-        *(names.column(c) for c in rows.columns if c not in ("partition", "offset")),
-        F.when(emptied, F.col("t_partition")).otherwise(F.col("partition")).alias("partition"),
-        F.when(emptied, F.col("t_offset")).otherwise(F.col("offset")).alias("offset"),
-        # after the key's last seen change: in that change's segment; elsewhere (a round's start, after
-        # a truncate, -1): before the key's other changes in the range
-        F.when(~emptied & ~unplaced, F.col("_placed_segment")).alias(SEGMENT),
-        # the LSN of the change (or round) it follows, which orders it against a truncate in another partition
-        F.when(~emptied, F.col("lsn")).alias("placed_lsn"),
+    emptied = F.col("t_partition").isNotNull() & (F.col("partition").isNull() | before_it)
+    rows = rows.withColumns(
+        {
+            "partition": F.when(emptied, F.col("t_partition")).otherwise(F.col("partition")),
+            "offset": F.when(emptied, F.col("t_offset")).otherwise(F.col("offset")),
+            # after the key's last seen change: in that change's segment; elsewhere (a round's start,
+            # after a truncate, -1): before the key's other changes in the range
+            SEGMENT: F.when(~emptied & ~F.col("_unplaced"), F.col("_placed_segment")),
+            # the LSN of the change (or round) it follows, which orders it against a truncate elsewhere
+            "placed_lsn": F.when(~emptied, F.col("lsn")),
+        }
     )
     return rows.select(
         *names.columns(key),

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from cdc_dev.stack import Stack, StackConfig
@@ -28,6 +27,8 @@ from cdc_reconcile.lake import TableLake, version_name
 from cdc_reconcile.spark_steps import read_kafka_range
 from tests.support.kafka import read_range
 from tests.support.lake import delta_rows
+from tests.support.lake import rows_by_key as lake_by_key
+from tests.support.source import rows_by_key as source_by_key
 
 from .conftest import eventually, own_connector, table_run
 
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.integration
 PREFIX = "sasl"
 SLOT = "cdc_sasl"
 TABLE = "public.sasl_items"
+COLUMNS = ["id", "label", "qty"]  # the key first
 CREATE = (f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, label text NOT NULL, qty integer NOT NULL)",)
 RUN = "sasl-1"
 
@@ -49,15 +51,6 @@ def sasl_table(stack: Stack, config: StackConfig) -> Iterator[TableConfig]:
 def sasl(config: StackConfig, mechanism: str = "PLAIN", *, password: str | None = None) -> KafkaClient:
     """The SASL listener as a deployment's ``cdc_kafka`` connection would describe it (the provider's dict)."""
     return KafkaClient.from_config(config.kafka_sasl_config(mechanism, password=password))
-
-
-def lake_rows(lake: Path) -> dict[int, tuple[str, int]]:
-    rows = delta_rows(TableLake(lake, TABLE).table, columns=["id", "label", "qty"])
-    return {r["id"]: (r["label"], r["qty"]) for r in rows}
-
-
-def source_rows(pg: psycopg.Connection) -> dict[int, tuple[str, int]]:
-    return {r[0]: (r[1], r[2]) for r in pg.execute(f"SELECT id, label, qty FROM {TABLE}").fetchall()}
 
 
 def job_kafka_client(kafka: KafkaClient, monkeypatch: pytest.MonkeyPatch) -> KafkaClient:
@@ -114,7 +107,8 @@ def test_a_run_on_the_sasl_listener_is_clean_and_a_wrong_password_is_named(
     assert summary["records"] == len(in_range) >= 200 + 20 + 8
     events = delta_rows(TableLake(lake, TABLE).events, columns=["offset"], run=version_name(RUN))
     assert sorted(r["offset"] for r in events) == [r.offset for r in in_range]
-    assert lake_rows(lake) == source_rows(pg) and len(source_rows(pg)) == 192
+    source = source_by_key(pg, TABLE, COLUMNS)
+    assert lake_by_key(TableLake(lake, TABLE).table, COLUMNS) == source and len(source) == 192
 
     # SCRAM-SHA-256 on the same listener, through both clients: the range as the Spark source reads it
     scram = sasl(config, "SCRAM-SHA-256")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -24,7 +23,8 @@ from cdc_dev.stack import Stack, StackConfig
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.lake import TableLake
 from tests.support.kafka import consumer_end_offsets, read_range
-from tests.support.lake import delta_rows
+from tests.support.lake import rows_by_key as lake_by_key
+from tests.support.source import rows_by_key as source_by_key
 from tests.support.writer import Writer
 
 from .conftest import eventually, own_connector, run_once
@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 PREFIX = "parts"
 SLOT = "cdc_parts"
 TABLE = "public.part_items"
+COLUMNS = ["id", "label", "qty"]  # the key first
 TOPIC = f"{PREFIX}.{TABLE}"
 ROWS = 600
 CREATE = (f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, label text NOT NULL, qty integer NOT NULL)",)
@@ -72,16 +73,6 @@ def change_rows(pg: psycopg.Connection, n: int) -> None:
         pg.execute(f"DELETE FROM {TABLE} WHERE id = %s", (n * 13 % ROWS + 1,))
 
 
-def lake_rows(lake: Path) -> dict[int, tuple[str, int]]:
-    """The published table, read with delta-rs, not through the pipeline's reader."""
-    table = delta_rows(TableLake(lake, TABLE).table, columns=["id", "label", "qty"])
-    return {r["id"]: (r["label"], r["qty"]) for r in table}
-
-
-def source_rows(pg: psycopg.Connection) -> dict[int, tuple[str, int]]:
-    return {r[0]: (r[1], r[2]) for r in pg.execute(f"SELECT id, label, qty FROM {TABLE}").fetchall()}
-
-
 def keys_in_two_partitions(bootstrap: str, start: dict[int, int], end: dict[int, int]) -> set[str]:
     """Keys of the range with changes in more than one partition, counted with a plain consumer."""
     partitions: dict[str, set[int]] = defaultdict(set)
@@ -98,7 +89,7 @@ def test_partitions_added_between_runs_under_load_leave_nothing_to_repair(
     watermark = f"{PREFIX}.{load_config().watermark_table}"
     _, report, first = run_once(spark, config, partitioned_table, tmp_path, "parts-1", watermark_topic=watermark)
     assert report.clean, report.as_dict()
-    assert lake_rows(tmp_path) == source_rows(pg)
+    assert lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS) == source_by_key(pg, TABLE, COLUMNS)
     assert len(first.end) == 3, first
 
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
@@ -121,4 +112,4 @@ def test_partitions_added_between_runs_under_load_leave_nothing_to_repair(
     assert report.clean, (len(moved), report.as_dict())
     _, report, _ = run_once(spark, config, partitioned_table, tmp_path, "parts-3", watermark_topic=watermark)
     assert report.clean, report.as_dict()
-    assert lake_rows(tmp_path) == source_rows(pg)
+    assert lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS) == source_by_key(pg, TABLE, COLUMNS)

@@ -19,7 +19,8 @@ import pytest
 from cdc_dev.stack import Stack, StackConfig
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.lake import TableLake
-from tests.support.lake import delta_rows
+from tests.support.lake import rows_by_key as lake_by_key
+from tests.support.source import rows_by_key as source_by_key
 from tests.support.writer import Writer
 
 from .conftest import eventually, own_connector, run_once
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.integration
 PREFIX = "toastkey"
 SLOT = "cdc_toastkey"
 TABLE = "public.toast_docs"
+COLUMNS = ["id", "body", "n"]  # the key first
 CREATE = (
     f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, body text NOT NULL, n integer NOT NULL)",
     # stored out of line uncompressed: every body below is TOASTed, not inlined
@@ -50,18 +52,10 @@ def touch_and_insert(pg: psycopg.Connection, n: int) -> None:
     pg.execute(f"INSERT INTO {TABLE} VALUES (%s, {BODY}, 0)", (10_000 + n, 10_000 + n))
 
 
-def lake_rows(lake: Path) -> dict[int, tuple[str | None, int]]:
-    """The published table, read with delta-rs, not through the pipeline's reader."""
-    table = delta_rows(TableLake(lake, TABLE).table, columns=["id", "body", "n"])
-    return {r["id"]: (r["body"], r["n"]) for r in table}
-
-
-def source_rows(pg: psycopg.Connection) -> dict[int, tuple[str, int]]:
-    return {r[0]: (r[1], r[2]) for r in pg.execute(f"SELECT id, body, n FROM {TABLE}").fetchall()}
-
-
 def moved_body_count(lake: Path) -> int:
-    return sum(1 for key, (body, _) in lake_rows(lake).items() if key >= MOVED and body)
+    return sum(
+        1 for key, (body, _) in lake_by_key(TableLake(lake, TABLE).table, COLUMNS).items() if key >= MOVED and body
+    )
 
 
 @pytest.mark.slow  # about 3 minutes: `-m slow`; tests/unit/test_compaction.py folds the same key changes
@@ -73,7 +67,7 @@ def test_a_key_change_keeps_the_unchanged_toasted_value_within_and_across_ranges
     watermark = f"{PREFIX}.{load_config().watermark_table}"
     _, report, _ = run_once(spark, config, toast_table, tmp_path, "toast-1", watermark_topic=watermark)
     assert report.clean, report.as_dict()
-    assert lake_rows(tmp_path) == source_rows(pg)
+    assert lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS) == source_by_key(pg, TABLE, COLUMNS)
 
     with Writer(config.pg_dsn, touch_and_insert) as writer:
         eventually(lambda: writer.wrote_at_least(20), timeout=120, what="the writer's first transactions")
@@ -94,4 +88,4 @@ def test_a_key_change_keeps_the_unchanged_toasted_value_within_and_across_ranges
     pg.execute(f"UPDATE {TABLE} SET id = id + {MOVED} WHERE id BETWEEN {MOVED + 1} AND {MOVED + 10}")
     _, report, _ = run_once(spark, config, toast_table, tmp_path, "toast-3", watermark_topic=watermark)
     assert report.clean, report.as_dict()
-    assert lake_rows(tmp_path) == source_rows(pg)
+    assert lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS) == source_by_key(pg, TABLE, COLUMNS)

@@ -10,7 +10,6 @@ PostgreSQL read directly.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -19,7 +18,8 @@ from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.connect import connector_config
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.lake import TableLake
-from tests.support.lake import delta_rows
+from tests.support.lake import rows_by_key as lake_by_key
+from tests.support.source import rows_by_key as source_by_key
 from tests.support.writer import Writer
 
 from .conftest import eventually, own_connector, run_once
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.integration
 PREFIX = "trunc"
 SLOT = "cdc_trunc"
 TABLE = "public.trunc_items"
+COLUMNS = ["id", "label", "qty"]  # the key first
 CREATE = (f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, label text NOT NULL, qty integer NOT NULL)",)
 
 
@@ -45,16 +46,6 @@ def insert_and_update(pg: psycopg.Connection, n: int) -> None:
     pg.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id = (SELECT max(id) FROM {TABLE})")
 
 
-def lake_rows(lake: Path) -> dict[int, tuple[str, int]]:
-    """The published table, read with delta-rs, not through the pipeline's reader."""
-    table = delta_rows(TableLake(lake, TABLE).table, columns=["id", "label", "qty"])
-    return {r["id"]: (r["label"], r["qty"]) for r in table}
-
-
-def source_rows(pg: psycopg.Connection) -> dict[int, tuple[str, int]]:
-    return {r[0]: (r[1], r[2]) for r in pg.execute(f"SELECT id, label, qty FROM {TABLE}").fetchall()}
-
-
 def test_the_stack_connector_captures_truncates(config: StackConfig):
     assert connector_config(config)["skipped.operations"] == "none"
 
@@ -66,7 +57,7 @@ def test_a_truncate_under_load_empties_the_lake_table_and_nothing_is_repaired(
     watermark = f"{PREFIX}.{load_config().watermark_table}"
     _, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-1", watermark_topic=watermark)
     assert report.clean, report.as_dict()
-    assert lake_rows(tmp_path) == source_rows(pg)
+    assert lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS) == source_by_key(pg, TABLE, COLUMNS)
 
     with Writer(config.pg_dsn, insert_and_update) as writer:
         eventually(lambda: writer.wrote_at_least(50), timeout=120, what="the writer's first transactions")
@@ -77,7 +68,9 @@ def test_a_truncate_under_load_empties_the_lake_table_and_nothing_is_repaired(
         assert writer.wrote_at_least(truncated_at + 51)
 
     assert report.clean, report.as_dict()
-    assert not set(range(1, 301)) & set(lake_rows(tmp_path)), "rows from before the truncate are still in the lake"
+    assert not set(range(1, 301)) & set(lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS)), (
+        "rows from before the truncate are still in the lake"
+    )
     _, report, _ = run_once(spark, config, truncated_table, tmp_path, "trunc-3", watermark_topic=watermark)
     assert report.clean, report.as_dict()
-    assert lake_rows(tmp_path) == source_rows(pg)
+    assert lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS) == source_by_key(pg, TABLE, COLUMNS)

@@ -88,3 +88,8 @@ def duckdb_rows(location: str | Path, query: str = "SELECT * FROM lake") -> list
         con.execute(f"LOAD '{extension}'")
         path = _local(location).replace("'", "''")
         return con.execute(f"WITH lake AS (SELECT * FROM delta_scan('{path}')) {query}").fetchall()
+
+
+def rows_by_key(location: str | Path, columns: list[str]) -> dict[Any, tuple[Any, ...]]:
+    """A Delta table read with delta-rs as ``{first column: (the other columns)}``: a one-column key's rows."""
+    return {r[columns[0]]: tuple(r[c] for c in columns[1:]) for r in delta_rows(location, columns=columns)}
