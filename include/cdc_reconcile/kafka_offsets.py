@@ -249,11 +249,7 @@ def topic_partitions(consumer: Consumer, kafka: KafkaTarget, topic: str, timeout
 
 def list_partitions(kafka: KafkaTarget, topic: str, *, timeout: float = 15.0) -> list[int]:
     """The partition ids of ``topic`` (the input of ``state_store.open_range``)."""
-    consumer = new_consumer(kafka, "metadata")
-    try:
-        partitions = topic_partitions(consumer, kafka, topic, timeout)
-    finally:
-        consumer.close()
+    partitions = existing_partitions(kafka, topic, timeout=timeout)
     if partitions is None:
         raise TopicNotFound(
             f"topic {topic!r} does not exist on {as_client(kafka).bootstrap}. Debezium creates a table's topic with "
@@ -274,7 +270,7 @@ def list_offsets(
 ) -> dict[int, int]:
     """One ListOffsets request: ``spec`` (default: latest) per partition, at ``isolation``."""
     request = {KafkaTopicPartition(topic, p): spec or OffsetSpec.latest() for p in partitions}
-    doing = f"listing {isolation.name.lower()} {'end' if spec is None else 'earliest'} offsets"
+    doing = f"listing {isolation.name.lower()} {'end' if spec is None else 'start'} offsets"
     try:
         futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=max(timeout, 0.5))
         return {tp.partition: future.result().offset for tp, future in futures.items()}
@@ -305,6 +301,31 @@ def earliest_offsets(
     return list_offsets(admin, kafka, topic, partitions, IsolationLevel.READ_COMMITTED, timeout, OffsetSpec.earliest())
 
 
+def offsets_since(
+    kafka: KafkaTarget, topic: str, partitions: Iterable[int], since_ms: int, *, timeout: float = 15.0
+) -> dict[int, int]:
+    """Per partition, the first offset whose record's timestamp is at or after ``since_ms``.
+
+    Where no committed record is that recent, the last stable offset: a reader from there reads nothing.
+    """
+    admin = new_admin(kafka, "offsets")
+    wanted = sorted(int(p) for p in partitions)
+    at = list_offsets(
+        admin, kafka, topic, wanted, IsolationLevel.READ_COMMITTED, timeout, OffsetSpec.for_timestamp(int(since_ms))
+    )
+    ends = list_offsets(admin, kafka, topic, wanted, IsolationLevel.READ_COMMITTED, timeout)
+    return {p: at[p] if at[p] >= 0 else ends[p] for p in wanted}
+
+
+def existing_partitions(kafka: KafkaTarget, topic: str, *, timeout: float = 15.0) -> list[int] | None:
+    """The partition ids of ``topic``, or None when it does not exist."""
+    consumer = new_consumer(kafka, "metadata")
+    try:
+        return topic_partitions(consumer, kafka, topic, timeout)
+    finally:
+        consumer.close()
+
+
 def log_end_offsets(
     kafka: KafkaTarget, topic: str, partitions: Iterable[int], *, timeout: float = 15.0
 ) -> dict[int, int]:
@@ -321,6 +342,7 @@ __all__ = [
     "authentication_failed",
     "consumer_config",
     "earliest_offsets",
+    "existing_partitions",
     "kafka_error",
     "last_stable_offsets",
     "list_offsets",
@@ -328,6 +350,7 @@ __all__ = [
     "log_end_offsets",
     "new_admin",
     "new_consumer",
+    "offsets_since",
     "reported_errors",
     "topic_partitions",
 ]

@@ -4,6 +4,8 @@ Layout per table (``<lake_root>/<schema.table>/``), every dataset a Delta table:
 
 * ``events``: bronze, every Kafka record of the run's offset range, parsed;
 * ``quarantine``: records that could not be parsed or decoded, with the reason;
+* ``transactions``: each transaction the run checked, its END's count of the table's events against
+  those that arrived (``transaction_completeness``);
 * ``changelog``: typed changes as Kafka delivered them, duplicates flagged until repair;
 * ``duplicates``: every duplicate event of the range, by class (the audit's source);
 * ``repairs``: repair events written by ``reconcile``;
@@ -60,6 +62,10 @@ class TableLake:
     @property
     def quarantine(self) -> str:
         return storage.join(self.base, "quarantine")
+
+    @property
+    def transactions(self) -> str:
+        return storage.join(self.base, "transactions")
 
     @property
     def changelog(self) -> str:

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,9 @@ from .spark import kept
 from .spark_steps import described, read_kafka_range
 
 log = logging.getLogger(__name__)
+# how far the transaction topic is read back before the predecessor's snapshot: the clocks of the
+# database (the snapshot's time) and of the Connect worker (the records' timestamps) may differ
+TRANSACTION_CLOCK_SKEW = timedelta(minutes=5)
 
 if TYPE_CHECKING:
     import psycopg
@@ -271,6 +275,7 @@ class TableRun:
         )
         from .debezium.decoding import has_fixed_scales, with_decimal_scales
         from .debezium.envelope import split_envelopes, tag_envelopes
+        from .transaction_completeness import transaction_counts
 
         began = time.monotonic()
         self._refuse_if_expired()
@@ -287,6 +292,10 @@ class TableRun:
         parsed, bad_records = split_envelopes(tagged)
         self._write(parsed, lake.events, "events")
         events = run_partition(spark, lake.events, self.run_id)
+        transactions = self._check_transactions(events, snapshot, versions, full_rescan=full_rescan, starting=starting)
+        if transactions is not None:
+            with described(spark, f"compact_cdc {name}: transactions"):
+                self._replace(transactions, lake.transactions, "transactions", sort_by=["txid", "end_lsn"])
         state = None if full_rescan else self._key_state_before()
         changes = change_events(of_table(events, name))
         if has_fixed_scales(spec, self.settings.decode_options) and (previous is None or lineage.retyped):
@@ -316,6 +325,9 @@ class TableRun:
                 "records": tagged.count(),
                 "quarantined": run_partition(spark, lake.quarantine, self.run_id).count(),
                 "changes": marked.count(),
+                "transactions": transaction_counts(run_partition(spark, lake.transactions, self.run_id))
+                if transactions is not None
+                else "not checked",
                 "duplicates": duplicate_counts(run_partition(spark, lake.duplicates, self.run_id)),
                 "table_rows": run_table(spark, lake, self.run_id).count(),
                 "table_version": getattr(self._published, "version", None),
@@ -331,6 +343,63 @@ class TableRun:
         if self._published is not None:  # a run superseded by later ones leaves retention to them
             summary["retention"] = self.apply_retention()
         return summary
+
+    def _check_transactions(
+        self, events: DataFrame, snapshot: SnapshotInfo, versions: TableVersions, *, full_rescan: bool, starting: str
+    ) -> DataFrame | None:
+        """Each transaction this run checks, its END's count against the events that arrived.
+
+        See ``transaction_completeness``. None, said in the log, when there is nothing to check against
+        (the connector writes no transaction topic) or the predecessor's range was pruned.
+        """
+        from .compaction import change_events, of_table
+        from .debezium.transactions import parse_transactions
+        from .transaction_completeness import arrived_events, check_transactions, expected_counts, first_transactions
+
+        spark, lake, name, topic = self.spark, self.lake, self.table.name, self.table.transaction_topic
+        partitions = kafka_offsets.existing_partitions(self.kafka, topic)
+        if partitions is None:
+            log.warning(
+                "%s: no transaction topic %r, so no transaction is checked for completeness; set "
+                "provide.transaction.metadata=true on the connector",
+                name,
+                topic,
+            )
+            return None
+        own = change_events(of_table(events, name))
+        predecessor = None if full_rescan or versions.base is None else _run_of(spark, lake.table, versions.base)
+        if predecessor is None:
+            before, arrivals = None, own
+            unprovable = first_transactions(own, {int(p): o for p, o in json.loads(starting)[self.table.topic].items()})
+            starts = kafka_offsets.earliest_offsets(self.kafka, topic, partitions)
+        else:
+            earlier = run_partition(spark, lake.events, predecessor)
+            if earlier is None or storage.run_commit(spark, lake.snapshot, predecessor) is None:
+                log.warning(
+                    "%s: the range of run %s, before this one, was pruned: this run's transactions are not checked",
+                    name,
+                    predecessor,
+                )
+                return None
+            previous = snapshot_info(spark, lake, predecessor)
+            before, arrivals, unprovable = (
+                previous.visibility,
+                own.unionByName(change_events(of_table(earlier, name))),
+                None,
+            )
+            since = datetime.fromisoformat(str(previous.metadata["taken_at"])) - TRANSACTION_CLOCK_SKEW
+            starts = kafka_offsets.offsets_since(self.kafka, topic, partitions, int(since.timestamp() * 1000))
+        ends = kafka_offsets.last_stable_offsets(self.kafka, topic, partitions)
+        records = read_kafka_range(
+            spark,
+            self.kafka,
+            json.dumps({topic: {str(p): starts[p] for p in partitions}}),
+            json.dumps({topic: {str(p): ends[p] for p in partitions}}),
+        )
+        parsed, _ = parse_transactions(records)
+        return check_transactions(
+            expected_counts(parsed, name), arrived_events(arrivals), snapshot.visibility, before, unprovable=unprovable
+        )
 
     def apply_retention(self) -> dict[str, Any]:
         """Prune runs beyond the configured retention from the lake and record them (see ``retention``)."""
@@ -532,7 +601,9 @@ class TableRun:
             quarantine_dataset,
             run_suite,
             source_values_dataset,
+            transactions_dataset,
         )
+        from .transaction_completeness import NO_END_OR_INCOMPLETE, transaction_counts
 
         gx_root = self.settings.require(self.settings.gx_root, "the Great Expectations project (--gx-root)")
         inputs, key, spec = self._inputs, self.table.key, self._inputs.snapshot.spec
@@ -562,6 +633,10 @@ class TableRun:
         counts["unrepresentable"] = sum(unrepresentable.values())
         quarantined = quarantine_dataset(self.spark, run_partition(self.spark, self.lake.quarantine, self.run_id))
         counts["quarantined"] = quarantined.count()
+        checked = run_partition(self.spark, self.lake.transactions, self.run_id)
+        by_status = transaction_counts(checked)
+        counts["incomplete_transactions"] = sum(by_status.get(status, 0) for status in NO_END_OR_INCOMPLETE)
+        counts["transactions_checked"] = sum(by_status.values())
         with described(self.spark, f"validate {self.table.name} ({phase.label})"):
             outcome = run_suite(
                 {
@@ -571,6 +646,7 @@ class TableRun:
                     "changelog": changes,
                     "differences": differences,
                     "source_values": source_values_dataset(self.spark, unrepresentable),
+                    "transactions": transactions_dataset(self.spark, checked),
                     "quarantine": quarantined,
                 },
                 table=self.table.name,
@@ -638,6 +714,11 @@ class TableRun:
                     conn, self.run_id, lake.name, (row.asDict() for row in audit_written.toLocalIterator())
                 )
         return summary
+
+
+def _run_of(spark: SparkSession, location: str, version: int) -> str | None:
+    """The run that committed ``version`` of a run-published table."""
+    return next((c.metadata.get("run") for c in storage.commits(spark, location) if c.version == version), None)
 
 
 def _several_partitions(ending: str) -> bool:

@@ -17,6 +17,10 @@ Seven datasets of one run are validated, each by its own suite:
 * ``source_values``: one row per source value that its lake type cannot hold (a numeric NaN or
   Infinity, too many digits), named by its column. Debezium and the snapshot both turn such a value
   into null, so the diff cannot see it; the snapshot counts them in PostgreSQL (expected: none);
+* ``transactions``: the transactions the run checked against their END records
+  (:mod:`transaction_completeness`), one JSON text per transaction that did not arrive whole
+  (expected: none). The diff sees only the rows that differ as of the snapshot; a cut transaction
+  says the topic lost events even where a later change hid it;
 * ``quarantine``: the run's quarantined records (not valid JSON, not an event of the table, not
   decodable), one JSON text each with partition, offset and reason. Their changes are not in the lake,
   so the diff may not see them either (expected: none).
@@ -43,10 +47,20 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SUITE = "cdc_reconciliation"
-DATASETS = ("lake_as_of", "lake_table", "lake_keys", "changelog", "differences", "source_values", "quarantine")
+DATASETS = (
+    "lake_as_of",
+    "lake_table",
+    "lake_keys",
+    "changelog",
+    "differences",
+    "source_values",
+    "transactions",
+    "quarantine",
+)
 UNREPRESENTABLE_COLUMN = "unrepresentable_column"
 LAKE_KEY_COLUMN = "key"
 QUARANTINED_COLUMN = "quarantined_record"
+INCOMPLETE_TRANSACTION_COLUMN = "incomplete_transaction"
 DIFFERENCE_COLUMNS = {"missing": "missing_key", "extra": "extra_key", "stale": "stale_key"}
 DUPLICATE_COLUMNS = {"redelivery": "redelivery_key", "snapshot_rerun": "snapshot_rerun_key"}
 CHANGE_IDENTITY = ["key", "op", "source_txid", "source_lsn"]
@@ -128,6 +142,12 @@ def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
         "source_values": [
             ge.ExpectColumnValuesToBeNull(
                 column=UNREPRESENTABLE_COLUMN, meta={"check": "every source value fits its lake type"}
+            )
+        ],
+        "transactions": [
+            ge.ExpectColumnValuesToBeNull(
+                column=INCOMPLETE_TRANSACTION_COLUMN,
+                meta={"check": "transaction completeness: every committed transaction arrived whole"},
             )
         ],
         "quarantine": [
@@ -298,6 +318,19 @@ def quarantine_dataset(spark: SparkSession, quarantine: DataFrame | None) -> Dat
         return spark.createDataFrame([], f"{QUARANTINED_COLUMN} string")
     record = F.to_json(F.struct("partition", "offset", "reason"))
     return quarantine.orderBy("partition", "offset").select(record.alias(QUARANTINED_COLUMN))
+
+
+def transactions_dataset(spark: SparkSession, checked: DataFrame | None) -> DataFrame:
+    """The ``transactions`` dataset: per checked transaction, one JSON text (id, counts, status) when it failed."""
+    from pyspark.sql import functions as F
+
+    from .transaction_completeness import NO_END_OR_INCOMPLETE
+
+    if checked is None:
+        return spark.createDataFrame([], f"{INCOMPLETE_TRANSACTION_COLUMN} string")
+    failed = F.col("status").isin(*NO_END_OR_INCOMPLETE)
+    record = F.to_json(F.struct("txid", "first_lsn", "end_lsn", "expected", "arrived", "status"))
+    return checked.orderBy("txid", "end_lsn").select(F.when(failed, record).alias(INCOMPLETE_TRANSACTION_COLUMN))
 
 
 def describe(outcome: SuiteOutcome | Mapping[str, Any]) -> str:

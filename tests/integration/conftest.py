@@ -21,8 +21,9 @@ from cdc_reconcile import kafka_offsets, state_store
 from cdc_reconcile.config import PipelineConfig, TableConfig, load_config
 from cdc_reconcile.errors import ReconcileError
 from cdc_reconcile.kafka_client import KafkaClient
+from cdc_reconcile.lake import version_name
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
-from tests.support.lake import is_delta
+from tests.support.lake import delta_rows, is_delta
 from tests.support.polling import eventually
 from tests.support.spark import integration_session
 
@@ -184,11 +185,14 @@ def run_once(
     watermark_topic: str | None = None,
     pipeline: PipelineConfig | None = None,
     kafka: KafkaClient | None = None,
+    whole_transactions: bool = True,
 ):
     """open -> snapshot -> seal -> compact -> check, the steps of the DAG's run, through the run object.
 
     The first run into an empty lake is a full rescan (the DAG's ``full_rescan``): other test modules
     may have sealed ranges of the same table for their own lakes. ``kafka``: see :func:`table_run`.
+    ``whole_transactions``: every transaction the run checked arrived whole (read with delta-rs), so
+    each test's range also tries the completeness check against false alarms.
     """
     run = table_run(spark, config, table, lake, run_id, pipeline=pipeline, kafka=kafka)
     full_rescan = not is_delta(run.lake.table)
@@ -197,6 +201,9 @@ def run_once(
     run.snapshot(partitions=2)
     sealed = run.seal(timeout=180, watermark_topic=watermark_topic)
     summary = run.compact(full_rescan=full_rescan)
+    if whole_transactions and is_delta(run.lake.transactions):
+        checked = delta_rows(run.lake.transactions, run=version_name(run_id))
+        assert not [r for r in checked if r["status"] in ("incomplete", "no END record")], checked
     report, diff = run.check()
     diff.unpersist()
     return summary, report, sealed

@@ -18,6 +18,7 @@ from cdc_reconcile.suite import (
     quarantine_dataset,
     run_suite,
     source_values_dataset,
+    transactions_dataset,
 )
 
 KEY = ["order_id", "line_no"]
@@ -41,15 +42,17 @@ CHANGELOG_SCHEMA = (
 )
 DIFF_SCHEMA = "order_id long, line_no int, missing_key string, extra_key string, stale_key string"
 QUARANTINE_SCHEMA = "topic string, partition int, offset long, key string, raw_value string, reason string"
+CHECKED_SCHEMA = "txid long, first_lsn long, end_lsn long, expected long, arrived long, status string"
 
 
 def lake_rows(rows):
     return [(*row, "c", 0, i, 0, 100 + i, 1000 + i, "debezium") for i, row in enumerate(rows)]
 
 
-def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None, quarantined=None):
+def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None, quarantined=None, checked=None):
     table = spark.createDataFrame(lake_rows(table_rows), TABLE_SCHEMA)
     quarantine = spark.createDataFrame(quarantined, QUARANTINE_SCHEMA) if quarantined is not None else None
+    transactions = spark.createDataFrame(checked or [], CHECKED_SCHEMA)
     return {
         "lake_as_of": table,
         "lake_table": table,
@@ -57,6 +60,7 @@ def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None,
         "changelog": spark.createDataFrame(changelog_rows, CHANGELOG_SCHEMA),
         "differences": spark.createDataFrame(diff_rows, DIFF_SCHEMA),
         "source_values": source_values_dataset(spark, unrepresentable or {}),
+        "transactions": transactions_dataset(spark, transactions),
         "quarantine": quarantine_dataset(spark, quarantine),
     }
 
@@ -110,9 +114,10 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root, d
         "changelog",
         "differences",
         "source_values",
+        "transactions",
         "quarantine",
     }
-    assert len(outcome.checks) == 13
+    assert len(outcome.checks) == 14
     index = data_docs_index(gx_root / "gx-project")
     assert index.is_file()
     assert external_resources(index.read_text()) == [], "the suite points the Data Docs at the assets folder"
@@ -194,6 +199,28 @@ def test_quarantined_records_fail_their_own_check_with_offsets_and_reasons(spark
     assert "quarantine: no quarantined records: 2 unexpected" in describe(outcome)
 
 
+def test_transactions_that_did_not_arrive_whole_fail_their_own_check_with_counts(spark, gx_root, data_docs_assets):
+    checked = [
+        (70, 1_000, 1_900, 3, 2, "incomplete"),
+        (71, 2_000, 2_900, 1, 1, "complete"),
+        (72, 3_000, None, None, 1, "no END record"),
+        (73, None, 4_900, 2, 0, "unprovable"),
+    ]
+    data = datasets(spark, [(1, 1, 5)], [], [], checked=checked)
+    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=1)
+    [failed] = outcome.failed_checks
+    assert (failed["dataset"], failed["check"]) == (
+        "transactions",
+        "transaction completeness: every committed transaction arrived whole",
+    )
+    assert failed["unexpected_count"] == 2
+    assert [json.loads(s) for s in failed["samples"]] == [
+        {"txid": 70, "first_lsn": 1_000, "end_lsn": 1_900, "expected": 3, "arrived": 2, "status": "incomplete"},
+        {"txid": 72, "first_lsn": 3_000, "arrived": 1, "status": "no END record"},
+    ]
+    assert transactions_dataset(spark, None).count() == 0
+
+
 def test_the_alert_names_quarantined_records():
     from cdc_reconcile.orchestration.alerts import CRITICAL, alert_message
 
@@ -237,11 +264,11 @@ def test_each_validation_renders_only_its_own_pages_and_the_index_links_every_ru
     run(spark, tmp_path, data_docs_assets, data, snapshot_rows=1, run_id=first)
     site = data_docs_index(tmp_path / "gx-project").parent
     first_pages = {page: page.stat().st_mtime_ns for page in (site / "validations").rglob("*.html")}
-    assert len(first_pages) == 7 and all(first in str(page) for page in first_pages)
+    assert len(first_pages) == 8 and all(first in str(page) for page in first_pages)
 
     run(spark, tmp_path, data_docs_assets, data, snapshot_rows=1, run_id=second)
     pages = list((site / "validations").rglob("*.html"))
-    assert len(pages) == 14
+    assert len(pages) == 16
     assert {page: page.stat().st_mtime_ns for page in pages if first in str(page)} == first_pages, "re-rendered"
     index = (site / "index.html").read_text()
     assert all(quote(page.relative_to(site).as_posix()) in index for page in pages), "the index links both runs"

@@ -44,6 +44,11 @@ class TableConfig:
     def topic(self) -> str:
         return f"{self.topic_prefix}.{self.name}"
 
+    @property
+    def transaction_topic(self) -> str:
+        """Debezium's transaction-metadata topic (``topic.transaction`` left at its default)."""
+        return f"{self.topic_prefix}.transaction"
+
 
 @dataclass(frozen=True)
 class Retention:

@@ -22,6 +22,7 @@ FOUND = {
     "extra": "#f28e2b",
     "stale": "#edc948",
     "quarantined": "#b07aa1",
+    "incomplete_transactions": "#9c755f",
 }
 DUPLICATES = {"redelivery": FOUND["redelivery"], "snapshot_rerun": FOUND["snapshot_rerun"]}
 REPAIRS = {k: FOUND[k] for k in ("redelivery", "snapshot_rerun", "missing", "extra", "stale")}
