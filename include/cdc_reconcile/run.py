@@ -275,7 +275,6 @@ class TableRun:
         )
         from .debezium.decoding import has_fixed_scales, with_decimal_scales
         from .debezium.envelope import split_envelopes, tag_envelopes
-        from .transaction_completeness import transaction_counts
 
         began = time.monotonic()
         self._refuse_if_expired()
@@ -292,10 +291,10 @@ class TableRun:
         parsed, bad_records = split_envelopes(tagged)
         self._write(parsed, lake.events, "events")
         events = run_partition(spark, lake.events, self.run_id)
-        transactions = self._check_transactions(events, snapshot, versions, full_rescan=full_rescan, starting=starting)
-        if transactions is not None:
-            with described(spark, f"compact_cdc {name}: transactions"):
-                self._replace(transactions, lake.transactions, "transactions", sort_by=["txid", "end_lsn"])
+        with described(spark, f"compact_cdc {name}: transactions"):
+            transactions = self._record_transactions(
+                events, snapshot, versions, full_rescan=full_rescan, starting=starting
+            )
         state = None if full_rescan else self._key_state_before()
         changes = change_events(of_table(events, name))
         if has_fixed_scales(spec, self.settings.decode_options) and (previous is None or lineage.retyped):
@@ -325,9 +324,7 @@ class TableRun:
                 "records": tagged.count(),
                 "quarantined": run_partition(spark, lake.quarantine, self.run_id).count(),
                 "changes": marked.count(),
-                "transactions": transaction_counts(run_partition(spark, lake.transactions, self.run_id))
-                if transactions is not None
-                else "not checked",
+                "transactions": "not checked" if transactions is None else transactions,
                 "duplicates": duplicate_counts(run_partition(spark, lake.duplicates, self.run_id)),
                 "table_rows": run_table(spark, lake, self.run_id).count(),
                 "table_version": getattr(self._published, "version", None),
@@ -344,17 +341,23 @@ class TableRun:
             summary["retention"] = self.apply_retention()
         return summary
 
-    def _check_transactions(
+    def _record_transactions(
         self, events: DataFrame, snapshot: SnapshotInfo, versions: TableVersions, *, full_rescan: bool, starting: str
-    ) -> DataFrame | None:
-        """Each transaction this run checks, its END's count against the events that arrived.
+    ) -> dict[str, int] | None:
+        """Write each transaction this run checks, its END's count against the events that arrived.
 
-        See ``transaction_completeness``. None, said in the log, when there is nothing to check against
-        (the connector writes no transaction topic) or the predecessor's range was pruned.
+        See ``transaction_completeness``. Returns the count per status; None, said in the log, when
+        there is nothing to check against (the connector writes no transaction topic) or the
+        predecessor's range was pruned.
         """
         from .compaction import change_events, of_table
-        from .debezium.transactions import parse_transactions
-        from .transaction_completeness import arrived_events, check_transactions, expected_counts, first_transactions
+        from .transaction_completeness import (
+            arrived_events,
+            check_transactions,
+            expected_counts,
+            first_transactions,
+            transaction_counts,
+        )
 
         spark, lake, name, topic = self.spark, self.lake, self.table.name, self.table.transaction_topic
         partitions = kafka_offsets.existing_partitions(self.kafka, topic)
@@ -370,7 +373,8 @@ class TableRun:
         predecessor = None if full_rescan or versions.base is None else _run_of(spark, lake.table, versions.base)
         if predecessor is None:
             before, arrivals = None, own
-            unprovable = first_transactions(own, {int(p): o for p, o in json.loads(starting)[self.table.topic].items()})
+            range_starts = next(iter(json.loads(starting).values()))
+            unprovable = first_transactions(own, {int(p): int(o) for p, o in range_starts.items()})
             starts = kafka_offsets.earliest_offsets(self.kafka, topic, partitions)
         else:
             earlier = run_partition(spark, lake.events, predecessor)
@@ -389,17 +393,20 @@ class TableRun:
             )
             since = datetime.fromisoformat(str(previous.metadata["taken_at"])) - TRANSACTION_CLOCK_SKEW
             starts = kafka_offsets.offsets_since(self.kafka, topic, partitions, int(since.timestamp() * 1000))
-        ends = kafka_offsets.last_stable_offsets(self.kafka, topic, partitions)
+        ends = sealing.end_offsets(self.kafka, topic, partitions)  # every END written by now, committed
         records = read_kafka_range(
             spark,
             self.kafka,
             json.dumps({topic: {str(p): starts[p] for p in partitions}}),
             json.dumps({topic: {str(p): ends[p] for p in partitions}}),
         )
-        parsed, _ = parse_transactions(records)
-        return check_transactions(
-            expected_counts(parsed, name), arrived_events(arrivals), snapshot.visibility, before, unprovable=unprovable
+        expected = kept(expected_counts(records, name))  # small, and read twice by the check
+        checked = check_transactions(
+            expected, arrived_events(arrivals), snapshot.visibility, before, unprovable=unprovable
         )
+        self._replace(checked, lake.transactions, "transactions", sort_by=["txid", "end_lsn"])
+        expected.unpersist()
+        return transaction_counts(run_partition(spark, lake.transactions, self.run_id))
 
     def apply_retention(self) -> dict[str, Any]:
         """Prune runs beyond the configured retention from the lake and record them (see ``retention``)."""

@@ -8,7 +8,8 @@ source snapshot (``seal_offsets``):
    consumer. Logical decoding emits transactions in commit order and the watermark committed after
    every transaction the snapshot saw, so Debezium has by then handed all of them to Kafka;
 3. ``end_offsets`` then reads the data topic's end offsets, waiting until its last stable offset
-   has caught up (see there: Kafka makes a transaction visible partition by partition);
+   has caught up (see there: Kafka makes a transaction visible partition by partition), for every
+   partition the topic has now: one added since the open joins the range from offset 0;
 4. ``state_store.seal_range`` records them, with the watermark's transaction id.
 
 A snapshot taken again after the seal sees the watermark's transaction; the range then lacks
@@ -35,6 +36,7 @@ from .kafka_offsets import (
     KafkaTarget,
     kafka_error,
     list_offsets,
+    list_partitions,
     new_admin,
     new_consumer,
     reported_errors,
@@ -305,7 +307,9 @@ def seal_offsets(
             "watermark. Seal after snapshot_source, or re-run snapshot_source and then seal with force=True"
         )
     wait_for_watermark(kafka, watermark_topic, watermark_id, timeout=timeout, since_ms=since_ms)
-    ends = end_offsets(kafka, current.topic, current.partitions, timeout=max(deadline - time.monotonic(), 5.0))
+    # partitions added since the open hold changes from before the watermark too: the range takes them
+    partitions = sorted({*current.partitions, *list_partitions(kafka, current.topic)})
+    ends = end_offsets(kafka, current.topic, partitions, timeout=max(deadline - time.monotonic(), 5.0))
     return seal_range(conn, run_id, table, ends, watermark_id, watermark_txid=txid, force=force)
 
 

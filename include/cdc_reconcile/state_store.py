@@ -302,6 +302,9 @@ def seal_range(
 ) -> OffsetRange:
     """Record this run's end offsets (exclusive) for every partition of its range, atomically.
 
+    ``end_offsets`` may name partitions added to the topic after the range was opened: they join the
+    range from offset 0 (a partition created after the open has no earlier range), so the changes
+    Debezium wrote there before the watermark are in this range, not left to the next.
     ``watermark_txid``, the watermark's 64-bit transaction id, tells later whether a snapshot was
     taken after the seal (it then sees that transaction). Sealing again with the same ends and
     watermark is a no-op; other values raise ``RangeConflict`` unless ``force`` (a re-seal after the
@@ -314,25 +317,27 @@ def seal_range(
         with conn.transaction():
             _lock_table(conn, table)
             rows = conn.execute(
-                "SELECT partition, start_offset, end_offset, watermark_id FROM cdc_reconcile.offset_ranges "
-                "WHERE run_id = %s AND table_name = %s ORDER BY partition FOR UPDATE",
+                "SELECT partition, start_offset, end_offset, watermark_id, topic, opened_at "
+                "FROM cdc_reconcile.offset_ranges WHERE run_id = %s AND table_name = %s ORDER BY partition FOR UPDATE",
                 (run_id, table),
             ).fetchall()
             if not rows:
                 raise RangeNotOpen(f"run {run_id!r} has no offset range for {table!r}; call open_range first")
-            starts = {p: start for p, start, _, _ in rows}
-            if set(ends) != set(starts):
+            starts = {p: start for p, start, *_ in rows}
+            if not set(starts) <= set(ends):
                 raise ValueError(
                     f"seal_range({run_id!r}, {table!r}): end offsets for partitions {sorted(ends)} "
                     f"but the range was opened for partitions {sorted(starts)}"
                 )
+            added = sorted(set(ends) - set(starts))
+            starts.update(dict.fromkeys(added, 0))
             below = {p: (starts[p], ends[p]) for p in starts if ends[p] < starts[p]}
             if below:
                 raise ValueError(
                     f"seal_range({run_id!r}, {table!r}): end offset below start (start, end) {below}; "
                     "was the topic deleted and re-created, or its offsets reset?"
                 )
-            stored_ends = {p: end for p, _, end, _ in rows}
+            stored_ends = {p: end for p, _, end, *_ in rows}
             if all(end is not None for end in stored_ends.values()):
                 stored_watermark = rows[0][3]
                 if stored_ends == ends and stored_watermark == watermark_id:
@@ -349,6 +354,19 @@ def seal_range(
                     raise later_run_opened(run_id, table, later)
                 log.warning("run %s, table %s: re-sealing %s -> %s", run_id, table, stored_ends, ends)
             with conn.cursor() as cur:
+                if added:
+                    log.info(
+                        "run %s, table %s: partitions %s were added since the open; sealing them too",
+                        run_id,
+                        table,
+                        added,
+                    )
+                    topic, opened_at = rows[0][4], min(row[5] for row in rows)
+                    cur.executemany(
+                        "INSERT INTO cdc_reconcile.offset_ranges (run_id, table_name, topic, partition, start_offset, "
+                        "opened_at) VALUES (%s, %s, %s, %s, 0, %s)",
+                        [(run_id, table, topic, p, opened_at) for p in added],
+                    )
                 cur.executemany(
                     "UPDATE cdc_reconcile.offset_ranges SET end_offset = %s, watermark_id = %s, watermark_txid = %s, "
                     "sealed_at = clock_timestamp(), compacted_at = NULL "

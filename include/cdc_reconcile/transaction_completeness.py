@@ -22,10 +22,13 @@ with none left, are ``unprovable`` rather than incomplete.
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from .compaction import TRUNCATE
+from .debezium._json import int_text
 from .visibility import PgSnapshot, visible_in_snapshot
 
 COMPLETE = "complete"
@@ -35,21 +38,39 @@ UNPROVABLE = "unprovable"
 NO_END_OR_INCOMPLETE = (INCOMPLETE, NO_END)
 STREAMED_OPS = ("c", "u", "d", TRUNCATE)  # snapshot reads (`r`) belong to no transaction of the stream
 TRANSACTION_COLUMNS = ("txid", "first_lsn", "end_lsn", "expected", "arrived", "status")
+_END_FIELDS = "status string, id string, data_collections array<struct<data_collection: string, event_count: long>>"
+# an END record with the JSON converter's schema (the payload field) or without it (the fields themselves)
+_END_DOCUMENT = f"payload struct<{_END_FIELDS}>, {_END_FIELDS}"
 
 
-def expected_counts(transactions: DataFrame, table: str) -> DataFrame:
+def expected_counts(records: DataFrame, table: str) -> DataFrame:
     """Per END record of the transaction topic, how many of ``table``'s events the transaction emitted.
 
-    ``transactions`` is :func:`debezium.transactions.parse_transactions`'s output. A transaction that did
-    not change ``table`` is left out; a redelivered END counts once. ``end_lsn`` is the END's LSN, at or
-    after every event of its transaction.
+    ``records`` are the topic's Kafka records (``value`` as bytes), in either converter form. Only
+    END records that name the table are parsed, and only their status, id and counts: the topic holds
+    every captured table's BEGIN and END records, and the JSON converter's schema (most of each
+    record) is skipped, never copied. A redelivered END counts once. ``end_lsn`` is the END's LSN, at
+    or after every event of its transaction. A record that does not parse counts nothing, so the
+    events of its transaction show as ``no END record``, never as complete.
     """
-    ends = transactions.filter(F.col("status") == F.lit("END")).select(
-        "txid", F.col("lsn").alias("end_lsn"), F.explode("data_collections").alias("dc")
+    text = F.col("value").cast("string")
+    named = records.filter(text.contains('"END"') & text.contains(json.dumps(table)))
+    document = F.from_json(text, _END_DOCUMENT)
+
+    def field(name: str) -> Column:
+        return F.coalesce(document.getField("payload").getField(name), document.getField(name))
+
+    parts = F.split(field("id"), ":")
+    ends = named.select(
+        field("status").alias("status"),
+        int_text(F.try_element_at(parts, F.lit(1))).alias("txid"),
+        int_text(F.try_element_at(parts, F.lit(2))).alias("end_lsn"),
+        F.explode_outer(field("data_collections")).alias("dc"),
     )
     return (
-        ends.filter(F.col("dc.data_collection") == F.lit(table))
+        ends.filter((F.col("status") == F.lit("END")) & (F.col("dc.data_collection") == F.lit(table)))
         .select("txid", "end_lsn", F.col("dc.event_count").alias("expected"))
+        .filter(F.col("txid").isNotNull() & F.col("end_lsn").isNotNull() & F.col("expected").isNotNull())
         .dropDuplicates(["txid", "end_lsn"])
     )
 

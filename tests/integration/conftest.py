@@ -7,7 +7,7 @@ It starts from empty data once per session and is taken down at the end.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -186,18 +186,22 @@ def run_once(
     pipeline: PipelineConfig | None = None,
     kafka: KafkaClient | None = None,
     whole_transactions: bool = True,
+    after_open: Callable[[], None] | None = None,
 ):
     """open -> snapshot -> seal -> compact -> check, the steps of the DAG's run, through the run object.
 
     The first run into an empty lake is a full rescan (the DAG's ``full_rescan``): other test modules
     may have sealed ranges of the same table for their own lakes. ``kafka``: see :func:`table_run`.
     ``whole_transactions``: every transaction the run checked arrived whole (read with delta-rs), so
-    each test's range also tries the completeness check against false alarms.
+    each test's range also tries the completeness check against false alarms. ``after_open``: what
+    happens between the range's open and the snapshot.
     """
     run = table_run(spark, config, table, lake, run_id, pipeline=pipeline, kafka=kafka)
     full_rescan = not is_delta(run.lake.table)
     eventually(lambda: _topic_exists(config.bootstrap_servers, table.topic), timeout=60, what=f"topic {table.topic}")
     run.open(full_rescan=full_rescan)
+    if after_open is not None:
+        after_open()
     run.snapshot(partitions=2)
     sealed = run.seal(timeout=180, watermark_topic=watermark_topic)
     summary = run.compact(full_rescan=full_rescan)

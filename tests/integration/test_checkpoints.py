@@ -157,6 +157,16 @@ def test_seal_is_idempotent_and_refuses_other_values(state):
         state_store.seal_range(state, later, table, {0: 2, 1: 3}, watermark_id=9)
 
 
+def test_partitions_added_after_the_open_join_the_range_from_offset_zero(state):
+    table, topic, run, following = unique("public.t"), "cdc.public.customers", unique("run"), unique("run")
+    state_store.open_range(state, run, table, topic, [0, 1])
+    sealed = state_store.seal_range(state, run, table, {0: 9, 1: 4, 2: 6, 3: 0}, watermark_id=1)
+    assert (sealed.start, sealed.end) == ({0: 0, 1: 0, 2: 0, 3: 0}, {0: 9, 1: 4, 2: 6, 3: 0})
+    assert state_store.seal_range(state, run, table, {0: 9, 1: 4, 2: 6, 3: 0}, watermark_id=1) == sealed
+    compacted(state, run, table)
+    assert state_store.open_range(state, following, table, topic, [0, 1, 2, 3]) == {0: 9, 1: 4, 2: 6, 3: 0}
+
+
 def test_a_range_never_compacted_stops_the_next_run_until_its_compaction_finishes(state):
     table, topic = unique("public.t"), "cdc.public.customers"
     done, failed, following = unique("run"), unique("run"), unique("run")

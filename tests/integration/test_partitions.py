@@ -1,4 +1,4 @@
-"""A topic of several partitions, and partitions added between runs, while a writer keeps writing.
+"""A topic of several partitions, and partitions added between runs and inside a run, under writes.
 
 Debezium's producer routes a key to ``hash(key) % partitions``: a key's changes stay in one partition
 until partitions are added, and then its later changes go to another partition, where offsets start
@@ -6,7 +6,9 @@ again from small numbers. The table's topic starts with 3 partitions; after the 
 5 (3 -> 5 moves keys between old partitions too, not only into new ones) while a writer updates,
 inserts and deletes rows. The run over the range that spans the change must find nothing to repair,
 and the lake must equal PostgreSQL read directly. A plain consumer shows that the range holds keys
-whose changes sit in two partitions: without them the test would prove nothing.
+whose changes sit in two partitions: without them the test would prove nothing. Then the topic grows
+to 7 after a run opened its range and before its snapshot: the seal takes the new partitions in, so
+that run too finds nothing to repair.
 """
 
 from __future__ import annotations
@@ -73,6 +75,11 @@ def change_rows(pg: psycopg.Connection, n: int) -> None:
         pg.execute(f"DELETE FROM {TABLE} WHERE id = %s", (n * 13 % ROWS + 1,))
 
 
+def later_changes(pg: psycopg.Connection, n: int) -> None:
+    """:func:`change_rows` for a second writer: its inserts take keys the first one never used."""
+    change_rows(pg, n + 100_000)
+
+
 def keys_in_two_partitions(bootstrap: str, start: dict[int, int], end: dict[int, int]) -> set[str]:
     """Keys of the range with changes in more than one partition, counted with a plain consumer."""
     partitions: dict[str, set[int]] = defaultdict(set)
@@ -82,7 +89,7 @@ def keys_in_two_partitions(bootstrap: str, start: dict[int, int], end: dict[int,
     return {key for key, seen in partitions.items() if len(seen) > 1}
 
 
-def test_partitions_added_between_runs_under_load_leave_nothing_to_repair(
+def test_partitions_added_between_runs_and_inside_a_run_under_load_leave_nothing_to_repair(
     spark, config, pg, partitioned_table, tmp_path
 ):
     pg.execute(f"INSERT INTO {TABLE} SELECT g, 'row ' || g, g % 5 FROM generate_series(1, {ROWS}) g")
@@ -110,6 +117,31 @@ def test_partitions_added_between_runs_under_load_leave_nothing_to_repair(
     assert moved, "no key of the range has changes in two partitions: the test proves nothing"
     assert len(second.end) == 5, second
     assert report.clean, (len(moved), report.as_dict())
-    _, report, _ = run_once(spark, config, partitioned_table, tmp_path, "parts-3", watermark_topic=watermark)
+
+    with Writer(config.pg_dsn, later_changes) as writer:
+
+        def grow_inside_the_range() -> None:
+            admin.create_partitions([NewPartitions(TOPIC, 7)])[TOPIC].result(timeout=60)
+            eventually(
+                lambda: any(
+                    end > 0 for p, end in consumer_end_offsets(config.bootstrap_servers, TOPIC).items() if p >= 5
+                ),
+                timeout=120,
+                what="the connector writing to the partitions added inside the range",
+            )
+
+        eventually(lambda: writer.wrote_at_least(50), timeout=120, what="changes before the range opens")
+        _, report, third = run_once(
+            spark,
+            config,
+            partitioned_table,
+            tmp_path,
+            "parts-3",
+            watermark_topic=watermark,
+            after_open=grow_inside_the_range,
+        )
+    assert len(third.end) == 7 and all(third.start[p] == 0 for p in (5, 6)), third
+    assert report.clean, report.as_dict()
+    _, report, _ = run_once(spark, config, partitioned_table, tmp_path, "parts-4", watermark_topic=watermark)
     assert report.clean, report.as_dict()
     assert lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS) == source_by_key(pg, TABLE, COLUMNS)

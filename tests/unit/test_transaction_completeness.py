@@ -6,7 +6,6 @@ import json
 
 from pyspark.testing import assertDataFrameEqual
 
-from cdc_reconcile.debezium.transactions import parse_transactions
 from cdc_reconcile.transaction_completeness import (
     arrived_events,
     check_transactions,
@@ -37,14 +36,15 @@ def end(offset: int, txid: int, lsn: int, counts: dict[str, int]) -> tuple:
     return (offset, json.dumps({"id": document["id"]}), json.dumps(document))
 
 
-def ends(spark, rows):
-    frame = spark.createDataFrame(
+def records(spark, rows):
+    return spark.createDataFrame(
         [("pg.transaction", 0, o, bytearray(k.encode()), bytearray(v.encode())) for o, k, v in rows],
         "topic string, partition int, offset long, key binary, value binary",
     )
-    parsed, quarantined = parse_transactions(frame)
-    assert quarantined.count() == 0
-    return expected_counts(parsed, TABLE)
+
+
+def ends(spark, rows):
+    return expected_counts(records(spark, rows), TABLE)
 
 
 def changes(spark, rows):
@@ -58,6 +58,30 @@ def event(offset, txid, lsn, order, op="u", key='{"id":1}', partition=0):
 
 def arrived(spark, rows):
     return arrived_events(changes(spark, rows))
+
+
+def test_end_records_are_read_in_both_converter_forms_and_begin_records_and_other_tables_are_skipped(spark):
+    schema = {
+        "type": "struct",
+        "fields": [],
+        "optional": False,
+        "name": "io.debezium.connector.common.TransactionMetadataValue",
+    }
+    _, key, value = end(1, 71, 2_900, {TABLE: 2, "public.orders": 1})
+    with_schema = json.dumps({"schema": schema, "payload": json.loads(value)})
+    begin = json.dumps({"status": "BEGIN", "id": "70:1000", "event_count": None, "data_collections": None})
+    rows = [
+        (0, '{"id":"70:1000"}', begin),
+        end(1, 70, 1_900, {TABLE: 3}),
+        (2, key, with_schema),
+        end(3, 72, 3_900, {"public.orders": 4}),
+        end(4, 70, 1_900, {TABLE: 3}),  # redelivered
+        (5, '{"id":"73:1"}', '{"status":"END","id":"73:oops","data_collections":[]}'),
+    ]
+    assertDataFrameEqual(
+        ends(spark, rows),
+        spark.createDataFrame([(70, 1_900, 3), (71, 2_900, 2)], "txid long, end_lsn long, expected long"),
+    )
 
 
 def test_a_transaction_is_complete_when_every_event_it_counted_arrived_once_or_more(spark):
