@@ -117,12 +117,14 @@ def snapshot_info(spark: SparkSession, lake: TableLake, run_id: str) -> Snapshot
 
 @dataclass(frozen=True)
 class TableVersions:
-    """Where a run stands against the lake table: its base, its own commit, and the newest version."""
+    """Where a run stands against the lake table: its base (and the run that published it), its own
+    commit, and the newest version."""
 
     base: int | None
     own: storage.Commit | None
     latest: int | None
     full_rescan: bool
+    base_run: str | None = None
 
     @property
     def superseded(self) -> bool:
@@ -145,9 +147,13 @@ def run_versions(spark: SparkSession, location: str, run_id: str) -> TableVersio
     latest = published[0].version if published else None
     own = next((c for c in published if c.metadata["run"] == version_name(run_id)), None)
     if own is not None:
-        base = own.metadata.get("base_version")
-        return TableVersions(None if base is None else int(base), own, latest, bool(own.metadata.get("full_rescan")))
-    return TableVersions(latest, None, latest, False)
+        recorded = own.metadata.get("base_version")
+        base = None if recorded is None else int(recorded)
+        full_rescan = bool(own.metadata.get("full_rescan"))
+    else:
+        base, full_rescan = latest, False
+    base_run = next((c.metadata["run"] for c in published if c.version == base), None)
+    return TableVersions(base, own, latest, full_rescan, base_run)
 
 
 def previous_table(

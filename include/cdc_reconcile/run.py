@@ -370,7 +370,7 @@ class TableRun:
             )
             return None
         own = change_events(of_table(events, name))
-        predecessor = None if full_rescan or versions.base is None else _run_of(spark, lake.table, versions.base)
+        predecessor = None if full_rescan else versions.base_run
         if predecessor is None:
             before, arrivals = None, own
             range_starts = next(iter(json.loads(starting).values()))
@@ -378,14 +378,17 @@ class TableRun:
             starts = kafka_offsets.earliest_offsets(self.kafka, topic, partitions)
         else:
             earlier = run_partition(spark, lake.events, predecessor)
-            if earlier is None or storage.run_commit(spark, lake.snapshot, predecessor) is None:
+            try:
+                previous = snapshot_info(spark, lake, predecessor)
+            except PipelineError:
+                previous = None
+            if earlier is None or previous is None:
                 log.warning(
                     "%s: the range of run %s, before this one, was pruned: this run's transactions are not checked",
                     name,
                     predecessor,
                 )
                 return None
-            previous = snapshot_info(spark, lake, predecessor)
             before, arrivals, unprovable = (
                 previous.visibility,
                 own.unionByName(change_events(of_table(earlier, name))),
@@ -721,11 +724,6 @@ class TableRun:
                     conn, self.run_id, lake.name, (row.asDict() for row in audit_written.toLocalIterator())
                 )
         return summary
-
-
-def _run_of(spark: SparkSession, location: str, version: int) -> str | None:
-    """The run that committed ``version`` of a run-published table."""
-    return next((c.metadata.get("run") for c in storage.commits(spark, location) if c.version == version), None)
 
 
 def _several_partitions(ending: str) -> bool:

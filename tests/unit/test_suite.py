@@ -11,6 +11,7 @@ import yaml
 from cdc_reconcile.compaction import CDC_COLUMNS
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.suite import (
+    DATASETS,
     INDEX_LIMIT,
     data_docs_index,
     describe,
@@ -107,16 +108,7 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root, d
     )
     outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=3)
     assert outcome.success, describe(outcome)
-    assert {c["dataset"] for c in outcome.checks} == {
-        "lake_as_of",
-        "lake_table",
-        "lake_keys",
-        "changelog",
-        "differences",
-        "source_values",
-        "transactions",
-        "quarantine",
-    }
+    assert {c["dataset"] for c in outcome.checks} == set(DATASETS) == set(data)
     assert len(outcome.checks) == 14
     index = data_docs_index(gx_root / "gx-project")
     assert index.is_file()
