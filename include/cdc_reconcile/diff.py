@@ -66,8 +66,12 @@ def row_hash(df: DataFrame, columns: Sequence[str]) -> Column:
 
 
 def visible_changes(changelog: DataFrame, snapshot: PgSnapshot) -> DataFrame:
-    """Changelog rows the snapshot saw: visible transactions, snapshot reads, and earlier repairs."""
-    seen = visible_in_snapshot("source_txid", snapshot, "op")
+    """Changelog rows the snapshot saw: visible transactions, snapshot reads, and earlier repairs.
+
+    The commit time (``source_ts_ms``) places a streamed 32-bit xid of an earlier epoch, see
+    :func:`visible_in_snapshot`."""
+    commit_ms = "source_ts_ms" if "source_ts_ms" in changelog.columns else None
+    seen = visible_in_snapshot("source_txid", snapshot, "op", commit_ms)
     return without_redeliveries(changelog).filter(
         F.coalesce(seen, F.lit(False)) | (F.col("origin") == ORIGIN_RECONCILE)
     )

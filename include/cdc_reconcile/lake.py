@@ -24,6 +24,7 @@ Runs name their partitions by a path-safe form of the Airflow run id.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +112,13 @@ def snapshot_info(spark: SparkSession, lake: TableLake, run_id: str) -> Snapshot
     if commit is None:
         raise PipelineError(f"{lake.name}: no snapshot for run {run_id!r} under {lake.snapshot}; run snapshot_source")
     metadata = {**commit.metadata, "delta_version": commit.version}
-    visibility = PgSnapshot(int(metadata["xmin"]), int(metadata["xmax"]), tuple(int(x) for x in metadata["xip"]))
+    taken_at = metadata.get("taken_at")
+    visibility = PgSnapshot(
+        int(metadata["xmin"]),
+        int(metadata["xmax"]),
+        tuple(int(x) for x in metadata["xip"]),
+        None if taken_at is None else round(datetime.fromisoformat(str(taken_at)).timestamp() * 1000),
+    )
     return SnapshotInfo(visibility, {c["name"]: c["type"] for c in metadata["columns"]}, metadata)
 
 

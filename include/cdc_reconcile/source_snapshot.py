@@ -364,7 +364,7 @@ def exported_snapshot(
             table=table.name,
             key=table.key,
             snapshot_id=snapshot_id,
-            snapshot=PgSnapshot.parse(snapshot_text),
+            snapshot=PgSnapshot.parse(snapshot_text, taken_at),
             snapshot_text=snapshot_text,
             lsn=lsn,
             taken_at=taken_at,

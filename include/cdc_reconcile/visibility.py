@@ -9,27 +9,41 @@ A transaction id is visible in a snapshot iff it is below `xmin`, or in `[xmin, 
 when the snapshot was taken. Everything at or above `xmax` started later.
 
 Debezium's `source.txId` is the 64-bit id for snapshot-phase reads but the 32-bit xid for streamed
-changes (pgoutput only sends 32 bits), so streamed ids are widened first, see `widen_xid`.
+changes (pgoutput only sends 32 bits), so streamed ids are widened first, see `widen_xid`. On a topic
+that spans more than 2^31 transactions (a full rescan of a long-lived or compacted topic) the low 32
+bits alone cannot tell an old transaction from one that started after the snapshot; the commit time
+Debezium puts in `source.ts_ms` can, see `visible_in_snapshot`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 XID32_MODULUS = 1 << 32
 _HALF = 1 << 31
+# A transaction whose 32-bit xid reads as "after the snapshot" but that committed this long before the
+# snapshot's clock is from an earlier xid epoch: 2^31 transactions take hours even at PostgreSQL's
+# highest rates, and a transaction that really started after the snapshot cannot commit before it
+# unless the server's clock stepped back by this much.
+EARLIER_EPOCH_MARGIN_MS = 10 * 60 * 1000
 
 
 @dataclass(frozen=True)
 class PgSnapshot:
-    """A parsed `pg_current_snapshot()`; `xip` is sorted and holds 64-bit ids."""
+    """A parsed `pg_current_snapshot()`; `xip` is sorted and holds 64-bit ids.
+
+    `taken_at_ms`: when the exporting transaction started (`now()`, epoch millis), which precedes the
+    snapshot; without it, 32-bit ids are judged by their low bits alone.
+    """
 
     xmin: int
     xmax: int
     xip: tuple[int, ...] = ()
+    taken_at_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.xmin <= self.xmax:
@@ -39,8 +53,9 @@ class PgSnapshot:
         object.__setattr__(self, "xip", tuple(sorted(set(self.xip))))
 
     @classmethod
-    def parse(cls, text: str) -> PgSnapshot:
-        """Parse the text form `xmin:xmax:xip1,xip2` (the xip list may be empty)."""
+    def parse(cls, text: str, taken_at: datetime | None = None) -> PgSnapshot:
+        """Parse the text form `xmin:xmax:xip1,xip2` (the xip list may be empty); `taken_at` is when the
+        exporting transaction started (an aware datetime)."""
         parts = text.strip().split(":")
         if len(parts) != 3:
             raise ValueError(f"not a pg_snapshot: {text!r}")
@@ -49,7 +64,7 @@ class PgSnapshot:
             xip = tuple(int(x) for x in parts[2].split(",") if x.strip())
         except ValueError as e:
             raise ValueError(f"not a pg_snapshot: {text!r}") from e
-        return cls(xmin, xmax, xip)
+        return cls(xmin, xmax, xip, None if taken_at is None else round(taken_at.timestamp() * 1000))
 
     def __str__(self) -> str:
         return f"{self.xmin}:{self.xmax}:{','.join(str(x) for x in self.xip)}"
@@ -70,15 +85,28 @@ class PgSnapshot:
             return candidate + XID32_MODULUS
         return candidate
 
-    def is_visible(self, txid: int) -> bool:
-        """Whether a (64-bit or 32-bit) transaction id was finished when the snapshot was taken."""
+    def is_visible(self, txid: int, commit_ms: int | None = None) -> bool:
+        """Whether a (64-bit or 32-bit) transaction id was finished when the snapshot was taken;
+        `commit_ms`, the transaction's commit time, places a 32-bit id of an earlier epoch."""
         full = self.widen(txid)
-        return full < self.xmin or (full < self.xmax and full not in self.xip)
+        if full < self.xmin or (full < self.xmax and full not in self.xip):
+            return True
+        return self.earlier_epoch(txid, commit_ms)
+
+    def earlier_epoch(self, txid: int, commit_ms: int | None) -> bool:
+        """Whether a 32-bit id that widens to a running or later transaction committed long before the
+        snapshot, so it is the same low bits of an earlier epoch (visible)."""
+        return (
+            txid < XID32_MODULUS
+            and commit_ms is not None
+            and self.taken_at_ms is not None
+            and commit_ms < self.taken_at_ms - EARLIER_EPOCH_MARGIN_MS
+        )
 
 
-def parse_snapshot(text: str) -> PgSnapshot:
-    """Parse `pg_current_snapshot()` text."""
-    return PgSnapshot.parse(text)
+def parse_snapshot(text: str, taken_at: datetime | None = None) -> PgSnapshot:
+    """Parse `pg_current_snapshot()` text, see `PgSnapshot.parse`."""
+    return PgSnapshot.parse(text, taken_at)
 
 
 def widen_xid(txid: Column, snapshot: PgSnapshot) -> Column:
@@ -103,17 +131,28 @@ def widen_xid(txid: Column, snapshot: PgSnapshot) -> Column:
     return F.when(txid >= F.lit(XID32_MODULUS), txid).otherwise(widened).cast("long")
 
 
-def visible_in_snapshot(txid: Column | str, snapshot: PgSnapshot, op: Column | str | None = None) -> Column:
+def visible_in_snapshot(
+    txid: Column | str, snapshot: PgSnapshot, op: Column | str | None = None, commit_ms: Column | str | None = None
+) -> Column:
     """True iff the event's transaction is visible in `snapshot` (after widening 32-bit ids).
 
     With `op` given, snapshot-phase reads (op `r`) are always visible: they were read from a table
     state that precedes the snapshot. A null txid (and op not `r`) gives null, so callers can count
     such events instead of silently losing them in a filter.
+
+    With `commit_ms` (Debezium's `source.ts_ms`: the transaction's commit time) and the snapshot's
+    `taken_at_ms`, a 32-bit id that widens to a transaction running at or starting after the snapshot
+    but that committed more than `EARLIER_EPOCH_MARGIN_MS` before it is an earlier epoch's transaction,
+    which PostgreSQL finished at least 2^31 transactions before the snapshot: visible.
     """
     t = F.col(txid) if isinstance(txid, str) else txid
     full = widen_xid(t, snapshot)
     in_progress = full.isin(*snapshot.xip) if snapshot.xip else F.lit(False)
     visible = (full < F.lit(snapshot.xmin)) | ((full < F.lit(snapshot.xmax)) & ~in_progress)
+    if commit_ms is not None and snapshot.taken_at_ms is not None:
+        committed = F.col(commit_ms) if isinstance(commit_ms, str) else commit_ms
+        earlier_epoch = (t < F.lit(XID32_MODULUS)) & (committed < F.lit(snapshot.taken_at_ms - EARLIER_EPOCH_MARGIN_MS))
+        visible = visible | F.coalesce(earlier_epoch, F.lit(False))
     if op is None:
         return visible
     o = F.col(op) if isinstance(op, str) else op

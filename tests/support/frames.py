@@ -44,8 +44,11 @@ def item_event(
     lsn: int = 1000,
     snapshot: str = "false",
     partition: int = 0,
+    commit_ms: int = 1,
 ) -> RawRecord:
-    """One Kafka record of an ``items`` change; ``op=None`` is the tombstone after a delete."""
+    """One Kafka record of an ``items`` change; ``op=None`` is the tombstone after a delete.
+
+    ``commit_ms``: the transaction's commit time, Debezium's ``source.ts_ms``."""
     if op is None:
         value = None
     else:
@@ -57,7 +60,7 @@ def item_event(
                     "version": "3.6.3.Final",
                     "connector": "postgresql",
                     "name": "cdc",
-                    "ts_ms": 1,
+                    "ts_ms": commit_ms,
                     "snapshot": snapshot,
                     "db": "d",
                     "schema": "public",

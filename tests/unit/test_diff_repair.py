@@ -38,6 +38,24 @@ def test_lake_as_of_the_snapshot_ignores_invisible_transactions(spark):
     assert diff_rows(as_of, snapshot, ITEMS_KEY, COLUMNS).count() == 0
 
 
+def test_a_full_rescan_folds_a_streamed_xid_of_an_earlier_epoch_by_its_commit_time(spark):
+    # Epoch 3 now; the topic still holds a row written 2^32 transactions ago (its low bits read as a
+    # transaction after xmax) and a change that really committed after the snapshot.
+    epoch, taken = 3 << 32, 1_790_000_000_000
+    snapshot = PgSnapshot(epoch + 100, epoch + 110, (), taken_at_ms=taken)
+    changelog = changelog_of(
+        spark,
+        [
+            item_event(0, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=150, lsn=10, commit_ms=taken - 86_400_000),
+            item_event(1, "u", 1, {"id": 1, "name": "a", "qty": 5}, {"id": 1}, txid=151, lsn=90, commit_ms=taken + 50),
+        ],
+    )
+    as_of = lake_as_of(changelog, snapshot, ITEMS_SPEC, ITEMS_KEY).select(*COLUMNS)
+    assertDataFrameEqual(as_of, items(spark, [(1, "a", 1)]))
+    without_start = PgSnapshot(snapshot.xmin, snapshot.xmax, snapshot.xip)
+    assert lake_as_of(changelog, without_start, ITEMS_SPEC, ITEMS_KEY).count() == 0, "the low bits alone miss it"
+
+
 def test_32_bit_streamed_xids_are_compared_after_widening(spark):
     epoch = 3 << 32
     snapshot = PgSnapshot(epoch + 100, epoch + 110, ())

@@ -145,3 +145,41 @@ def test_widening_in_epoch_zero_never_goes_negative():
     assert not snap.is_visible(4294967000)
     assert snap.widen(999) == 999
     assert snap.is_visible(999)
+
+
+DAY_MS = 24 * 3600 * 1000
+
+
+def test_a_streamed_xid_of_an_earlier_epoch_is_placed_by_its_commit_time(spark):
+    # xmax in epoch 2; the topic still holds events of epochs 0 and 1 (a full rescan of a compacted
+    # topic). Their low 32 bits alone read as running or later transactions; their commit times, days
+    # before the snapshot, place them in an earlier epoch. Transactions that committed after the
+    # snapshot's start keep their reading.
+    taken = 1_790_000_000_000
+    snap = PgSnapshot(2 * EPOCH + 900, 2 * EPOCH + 1000, (2 * EPOCH + 950,), taken_at_ms=taken)
+    cases = [
+        (1500, taken - 3 * DAY_MS, True),  # 1 * 2^32 + 1500: an earlier epoch, committed days before
+        (1500, taken + 5_000, False),  # started after the snapshot (2 * 2^32 + 1500)
+        (1500, taken - 60_000, False),  # a minute before: within the margin, judged by its bits
+        (950, taken - 2 * DAY_MS, True),  # the low bits of a running transaction, days before it
+        (950, taken + 1_000, False),  # the running transaction itself, committed after the snapshot
+        (800, taken - 2 * DAY_MS, True),  # visible either way
+        (1500, None, False),  # no commit time: the low bits alone
+        (2 * EPOCH + 1500, taken - 3 * DAY_MS, False),  # a 64-bit id is exact
+    ]
+    df = spark.createDataFrame([c[:2] for c in cases], "txid long, committed long")
+    actual = df.select("txid", "committed", visible_in_snapshot("txid", snap, commit_ms="committed").alias("visible"))
+    assertDataFrameEqual(actual, spark.createDataFrame(cases, "txid long, committed long, visible boolean"))
+    for xid, committed, visible in cases:
+        assert snap.is_visible(xid, committed) is visible
+    # without the snapshot's start time nothing changes
+    assert not PgSnapshot(snap.xmin, snap.xmax, snap.xip).is_visible(1500, taken - 3 * DAY_MS)
+
+
+def test_the_snapshot_start_is_read_with_the_snapshot():
+    from datetime import UTC, datetime
+
+    taken = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+    snap = parse_snapshot("100:105:101", taken)
+    assert snap.taken_at_ms == round(taken.timestamp() * 1000)
+    assert (snap.xmin, snap.xmax, snap.xip) == (100, 105, (101,))
