@@ -120,6 +120,7 @@ def test_a_failed_compaction_leaves_no_hole(stack, config, spark, tmp_path, pg, 
     assert refusal is not None and "hole-1" in refusal and "compact_cdc" in refusal, refusal
 
 
+@pytest.mark.slow  # ~3 min; its state-store twin is test_checkpoints' re-seal test: `-m slow` (docs/testing.md)
 def test_a_snapshot_taken_again_after_the_seal_is_sealed_again(stack, config, spark, tmp_path, pg, loader):
     lake = tmp_path / "lake"
     _, report, _ = run_once(spark, config, TABLE, lake, "again-0")
