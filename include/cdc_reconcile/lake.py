@@ -113,11 +113,8 @@ def snapshot_info(spark: SparkSession, lake: TableLake, run_id: str) -> Snapshot
         raise PipelineError(f"{lake.name}: no snapshot for run {run_id!r} under {lake.snapshot}; run snapshot_source")
     metadata = {**commit.metadata, "delta_version": commit.version}
     taken_at = metadata.get("taken_at")
-    visibility = PgSnapshot(
-        int(metadata["xmin"]),
-        int(metadata["xmax"]),
-        tuple(int(x) for x in metadata["xip"]),
-        None if taken_at is None else round(datetime.fromisoformat(str(taken_at)).timestamp() * 1000),
+    visibility = PgSnapshot.parse(
+        str(metadata["snapshot"]), None if taken_at is None else datetime.fromisoformat(str(taken_at))
     )
     return SnapshotInfo(visibility, {c["name"]: c["type"] for c in metadata["columns"]}, metadata)
 
