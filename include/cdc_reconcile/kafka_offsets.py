@@ -35,6 +35,14 @@ _UNREACHABLE = {
     KafkaError._RESOLVE,
     KafkaError._WAIT_COORD,
 }
+# A partition just added, or whose leader is being elected, answers these until its leader is known.
+_LEADER_MOVING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+}
 _AUTHENTICATION = {
     KafkaError._AUTHENTICATION,
     KafkaError.SASL_AUTHENTICATION_FAILED,
@@ -271,11 +279,16 @@ def list_offsets(
     """One ListOffsets request: ``spec`` (default: latest) per partition, at ``isolation``."""
     request = {KafkaTopicPartition(topic, p): spec or OffsetSpec.latest() for p in partitions}
     doing = f"listing {isolation.name.lower()} {'end' if spec is None else 'start'} offsets"
-    try:
-        futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=max(timeout, 0.5))
-        return {tp.partition: future.result().offset for tp, future in futures.items()}
-    except KafkaException as exc:
-        raise kafka_error(exc, kafka, topic, doing, reported_errors(admin)) from exc
+    deadline = time.monotonic() + max(timeout, 0.5)
+    while True:
+        try:
+            futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=max(timeout, 0.5))
+            return {tp.partition: future.result().offset for tp, future in futures.items()}
+        except KafkaException as exc:
+            moving = exc.args and _code(exc.args[0]) in _LEADER_MOVING
+            if not moving or time.monotonic() >= deadline:
+                raise kafka_error(exc, kafka, topic, doing, reported_errors(admin)) from exc
+            time.sleep(0.2)
 
 
 def last_stable_offsets(

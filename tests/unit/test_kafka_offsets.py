@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import re
 import socket
+from concurrent.futures import Future
+from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException
 
 from cdc_reconcile import kafka_offsets
 from cdc_reconcile.errors import InputError, UnreachableError
@@ -67,3 +69,38 @@ def test_unreachable_broker_is_named_and_each_kind_of_error_logged_once(caplog):
     codes = [re.search(r"code=(\w+)", message).group(1) for message in logged]
     assert "_TRANSPORT" in codes
     assert len(codes) == len(set(codes)), f"an error kind was logged more than once: {codes}"
+
+
+class _ElectingAdmin:
+    """An admin whose partition answers ``errors`` one after another, then offset 42 (no broker)."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+        self.reported: list[KafkaError] = []
+
+    def list_offsets(self, request, **_):
+        self.calls += 1
+        answers = {}
+        for tp in request:
+            future: Future = Future()
+            if self.errors:
+                future.set_exception(KafkaException(KafkaError(self.errors.pop(0))))
+            else:
+                future.set_result(SimpleNamespace(offset=42))
+            answers[tp] = future
+        return answers
+
+
+def test_offsets_of_a_partition_whose_leader_is_being_elected_are_asked_again():
+    admin = _ElectingAdmin(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    offsets = kafka_offsets.list_offsets(admin, "broker:9092", "cdc.t", [3], IsolationLevel.READ_COMMITTED, 10)
+    assert offsets == {3: 42}
+    assert admin.calls == 3
+
+
+def test_offsets_refused_for_another_reason_fail_at_once():
+    admin = _ElectingAdmin(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(InputError, match="broker:9092"):
+        kafka_offsets.list_offsets(admin, "broker:9092", "cdc.t", [3], IsolationLevel.READ_COMMITTED, 10)
+    assert admin.calls == 1

@@ -12,7 +12,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+# A partition just added, or whose leader is being elected, answers these until its leader is known.
+_LEADER_MOVING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
 
 
 @dataclass(frozen=True)
@@ -102,12 +109,19 @@ def high_watermarks(bootstrap: str, topic: str, *, isolation: str = "read_commit
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"wm-{uuid.uuid4()}", "isolation.level": isolation, "log_level": 0}
     )
+    deadline = time.monotonic() + 30
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in metadata.topics[topic].partitions
-        }
+        while True:
+            metadata = consumer.list_topics(topic, timeout=10)
+            try:
+                return {
+                    p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in metadata.topics[topic].partitions
+                }
+            except KafkaException as exc:  # a partition just added has no leader the client knows yet
+                if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
 
