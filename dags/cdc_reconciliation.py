@@ -46,12 +46,9 @@ from cdc_reconcile.orchestration.spark_job import KAFKA, SOURCE, STATE, CdcSpark
 
 LAKE_TABLES = AssetAlias("cdc_lake_tables")
 RUN_ARGS = ["--run-id", "{{ run_id }}", "--lake-root", "{{ var.value.cdc_lake_root }}"]
-# The interpreter of the driver and the executors: Spark configuration, not environment variables, so
-# it reaches a driver in cluster mode too.
-PYTHON_CONF = {
-    "spark.pyspark.python": "{{ python_executable() }}",
-    "spark.pyspark.driver.python": "{{ python_executable() }}",
-}
+# The cluster's Python: Spark configuration, not an environment variable, so it reaches a driver in cluster
+# mode too. The driver's (the task's own in client mode) is set by the operator from the deploy mode.
+PYTHON_CONF = {"spark.pyspark.python": "{{ cluster_python() }}"}
 GX_ROOT = "{{ var.value.get('cdc_gx_root', var.value.cdc_lake_root ~ '/../great_expectations') }}"
 
 

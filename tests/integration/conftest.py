@@ -22,10 +22,11 @@ from cdc_reconcile.config import PipelineConfig, TableConfig, load_config
 from cdc_reconcile.errors import ReconcileError
 from cdc_reconcile.kafka_client import KafkaClient
 from cdc_reconcile.lake import version_name
+from cdc_reconcile.orchestration.tasks import SPARK_PYTHON_ENV
 from cdc_reconcile.run import RunSettings, SourceDatabase, TableRun
 from tests.support.lake import delta_rows, is_delta
 from tests.support.polling import eventually
-from tests.support.spark import integration_session
+from tests.support.spark import executor_python_without_the_package, integration_session
 
 TEST_ENV = {
     "CDC_RUN_DIR": os.environ.get("CDC_TEST_RUN_DIR", str(REPO_ROOT / ".run" / "test-stack")),
@@ -85,8 +86,14 @@ def stack(stack_env: dict[str, str]) -> Iterator[Stack]:
         stack.down()
 
 
+@pytest.fixture(scope="session")
+def executor_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The executors' Python of every job the integration tests run: pyspark, but no ``cdc_reconcile``."""
+    return executor_python_without_the_package(tmp_path_factory.mktemp("executor-python"))
+
+
 @pytest.fixture(scope="module")
-def airflow_stack(stack: Stack) -> Iterator[Stack]:
+def airflow_stack(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The session's stack, reset to empty data, plus Airflow (API server + UI, scheduler, DAG
     processor), for one test module: a gigabyte and a scheduler loop that the other tests on 2 cores
     should not pay for.
@@ -99,12 +106,15 @@ def airflow_stack(stack: Stack) -> Iterator[Stack]:
     stack.up()
     stack.with_airflow = True
     os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"  # only the test's own runs; no hourly run in between
+    # the Spark tasks' executors: pyspark, but not the package (the wrapper's folder records its starts)
+    os.environ[SPARK_PYTHON_ENV] = executor_python_without_the_package(tmp_path_factory.mktemp("dag-executor-python"))
     try:
         stack.start_airflow()
         yield stack
     finally:
         stack.with_airflow = False
         os.environ.pop("CDC_AIRFLOW_SCHEDULES", None)
+        os.environ.pop(SPARK_PYTHON_ENV, None)
         stack.stop_airflow()
         assert not stack.airflow.leftover_pids(), "airflow processes survived stop"
         assert not stack.spark_connect.pids(), "the spark connect server survived stop"
@@ -130,9 +140,10 @@ def state_db(config: StackConfig) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture(scope="session")
-def spark(stack) -> Iterator:
-    """One local Spark session for all integration tests (starting one costs seconds on 2 cores)."""
-    session = integration_session(TEST_ENV["CDC_SPARK_JARS"])
+def spark(stack, executor_python: str) -> Iterator:
+    """One local Spark session for all integration tests (starting one costs seconds on 2 cores); its
+    executors' Python cannot import the package, as on a cluster that was not given it."""
+    session = integration_session(TEST_ENV["CDC_SPARK_JARS"], executor_python=executor_python)
     yield session
     session.stop()
 

@@ -25,12 +25,14 @@ earlier tests sealed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import psutil
 import psycopg
@@ -49,11 +51,13 @@ from cdc_dev.stack.topics import write_again
 from cdc_reconcile import kafka_offsets, run_state, state_store
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.orchestration.limits import SPARK_TASK_SWITCH
+from cdc_reconcile.orchestration.tasks import SPARK_PYTHON_ENV
 from cdc_reconcile.phase import Phase
 from cdc_reconcile.progress import INTERVAL_SWITCH as PROGRESS_SWITCH
 from tests.support.kafka import read_topic
 from tests.support.lake import delta_rows
 from tests.support.polling import eventually
+from tests.support.spark import EXECUTOR_PYTHON_STARTS, executor_python_without_the_package
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +92,16 @@ class AlertReceiver:
         return json.dumps(
             {"conn_type": "http", "host": host, "port": port, "schema": "http", "extra": {"endpoint": "/alerts"}}
         )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dag_executor_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The DAG runs' Spark tasks get executors whose Python cannot import the package (``CDC_SPARK_PYTHON``);
+    the folder records each start of that Python."""
+    folder = tmp_path_factory.mktemp("dag-executor-python")
+    os.environ[SPARK_PYTHON_ENV] = executor_python_without_the_package(folder)
+    yield folder
+    os.environ.pop(SPARK_PYTHON_ENV, None)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +219,9 @@ def spark_cluster_apps(stack) -> list[dict]:
     return [*master.get("activeapps", []), *master.get("completedapps", [])]
 
 
-def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, alerts, artifacts, spark):
+def test_a_clean_run_passes_the_suite_and_sends_no_alert(
+    stack, config, pg, alerts, artifacts, spark, dag_executor_python
+):
     stats = run_loader(config.pg_dsn, rate=0, count=400, tables=("order_lines",), seed=41)
     assert stats.total() == 400
     result = dag_run(config, alerts, artifacts, "clean", env={PROGRESS_SWITCH: "1"}, full_rescan=True)
@@ -228,6 +244,9 @@ def test_a_clean_run_passes_the_suite_and_sends_no_alert(stack, config, pg, aler
     assert initial["success"] and initial["counts"]["snapshot_rows"] == len(source_rows(pg))
     assert alerts.received == []
     assert lake_rows(spark, config) == source_rows(pg)
+    # the jobs' executors ran Python workers through CDC_SPARK_PYTHON, which cannot import the package
+    starts = (dag_executor_python / EXECUTOR_PYTHON_STARTS).read_text().splitlines()
+    assert any("pyspark.daemon" in line or "pyspark.worker" in line for line in starts), starts
 
 
 def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_warning(

@@ -149,8 +149,8 @@ def test_spark_jobs_take_secrets_and_locations_from_connections_and_variables_at
         assert not task.env_vars, f"{task.task_id}: settings go as Spark configuration, not environment variables"
         assert task.properties_file is None, "the properties file is made when the task runs"
         assert "state" in task.connections, task.task_id
-        assert task.conf["spark.pyspark.python"] == task.conf["spark.pyspark.driver.python"]
-        assert task.conf["spark.pyspark.python"] == "{{ python_executable() }}"
+        assert task.conf["spark.pyspark.python"] == "{{ cluster_python() }}"
+        assert "spark.pyspark.driver.python" not in task.conf, "the operator sets it from the deploy mode"
         assert not any("conn." in str(value) for value in task.conf.values()), "no secret on the command line"
     by_job = {t.task_id.split(".")[-1]: set(t.connections) for t in spark_tasks}
     assert by_job["snapshot_source"] == {"state", "source"}

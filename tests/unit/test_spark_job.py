@@ -69,7 +69,7 @@ def operator(connections_read: tuple[str, ...], job: str = "compact_cdc", **kwar
         application_args=["--table", "public.customers", "--run-id", "r1", "--lake-root", "/nonexistent"],
         connections=connections_read,
         conn_id=tasks.SPARK_CONN,
-        conf={"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable},
+        conf={"spark.pyspark.python": "{{ cluster_python() }}"},
         **kwargs,
     )
 
@@ -156,9 +156,28 @@ def test_a_job_gets_only_the_connections_it_names_and_the_file_goes_when_the_tas
 
 def test_the_jobs_python_is_the_tasks_unless_the_deployment_names_another(monkeypatch):
     monkeypatch.delenv(tasks.SPARK_PYTHON_ENV, raising=False)
-    assert tasks.python_executable() == sys.executable
+    assert tasks.cluster_python() == sys.executable
     monkeypatch.setenv(tasks.SPARK_PYTHON_ENV, "/opt/cdc/venv/bin/python")
-    assert tasks.python_executable() == "/opt/cdc/venv/bin/python"
+    assert tasks.cluster_python() == "/opt/cdc/venv/bin/python"
+
+
+@pytest.mark.parametrize(("deploy_mode", "driver"), [(None, sys.executable), ("cluster", "/opt/cluster/bin/python")])
+def test_the_driver_runs_the_tasks_python_in_client_mode_and_the_clusters_in_cluster_mode(
+    connections, monkeypatch, deploy_mode, driver
+):
+    """In client mode the driver starts on the Airflow worker, where the cluster's Python may not exist."""
+    monkeypatch.setenv(tasks.SPARK_PYTHON_ENV, "/opt/cluster/bin/python")
+    seen: dict = {}
+
+    def submit(hook, application: str = "", **kwargs) -> None:
+        seen["command"] = hook._build_spark_submit_command(application)
+
+    monkeypatch.setattr(spark_job.SparkSubmitHook, "submit", submit)
+    task = operator(("state",), job="validate", deploy_mode=deploy_mode)
+    task.conf = {"spark.pyspark.python": tasks.cluster_python()}  # as the DAG's template renders
+    task.execute({})
+    assert "spark.pyspark.python=/opt/cluster/bin/python" in seen["command"]
+    assert f"spark.pyspark.driver.python={driver}" in seen["command"]
 
 
 def test_sparks_default_redaction_covers_every_secret_key_and_only_those():

@@ -46,6 +46,7 @@ KAFKA = "kafka"
 CONNECTIONS = (STATE, SOURCE, KAFKA)
 LOAD_DEFAULTS = "--load-spark-defaults"
 SPARK_CONNECT = SparkConnectHook.conn_type
+DRIVER_PYTHON = "spark.pyspark.driver.python"
 
 
 class SparkJobFailed(RuntimeError):
@@ -128,12 +129,17 @@ class CdcSparkJobOperator(SparkSubmitOperator):
             return self.run_on_spark_connect(SparkConnectHook(self._conn_id).get_connection_url(), settings)
         folder = tempfile.mkdtemp(prefix="cdc-spark-job-")  # 0700: the task's user only
         try:
+            self.conf = {DRIVER_PYTHON: tasks.driver_python(self.deploy_mode()), **(self.conf or {})}
             self.properties_file = str(job_conf.write_properties(Path(folder) / "cdc-job.properties", settings))
             self._hook = None  # a hook made before this try does not know the file
             return super().execute(context)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
             self.properties_file = None
+
+    def deploy_mode(self) -> str | None:
+        """``client`` or ``cluster``: the operator's own, else the connection's ``deploy-mode`` extra."""
+        return self._deploy_mode or tasks.connection(self._conn_id).extra_dejson.get("deploy-mode")
 
     def run_on_spark_connect(self, url: str, settings: dict[str, str]) -> None:
         """Call the job's ``main`` here, as a client of the server at ``url``; a non-zero exit fails the task."""

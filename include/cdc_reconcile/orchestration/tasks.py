@@ -143,10 +143,21 @@ TABLE_LABEL = "{{ mapped_table(task) }}"
 SPARK_PYTHON_ENV = "CDC_SPARK_PYTHON"
 
 
-def python_executable() -> str:
-    """The Spark tasks' ``spark.pyspark.python`` and ``.driver.python``: ``$CDC_SPARK_PYTHON`` on the worker
-    (where a cluster's nodes have the environment), else the interpreter running the task."""
+def cluster_python() -> str:
+    """The Python of the Spark cluster's nodes (``spark.pyspark.python``: the executors', and the driver's in
+    cluster mode): ``$CDC_SPARK_PYTHON`` on the Airflow worker, else the interpreter running the task.
+
+    The executors need a Python of the driver's version and nothing installed: Spark puts its own pyspark
+    on their workers' path, and the jobs run no Python function there (the integration tests run every
+    job with executors whose Python has no site-packages and cannot import ``cdc_reconcile``).
+    """
     return os.environ.get(SPARK_PYTHON_ENV) or sys.executable
+
+
+def driver_python(deploy_mode: str | None) -> str:
+    """``spark.pyspark.driver.python``: in client mode spark-submit starts the driver here, on the Airflow
+    worker, so the task's own interpreter; in cluster mode the driver runs on a node, so :func:`cluster_python`."""
+    return cluster_python() if deploy_mode == "cluster" else sys.executable
 
 
 def job(name: str) -> str:
@@ -163,7 +174,7 @@ def job(name: str) -> str:
 # connections' DSNs and credentials in their properties file (spark_job.CdcSparkJobOperator).
 MACROS = {
     "spark_jars": spark_jars,
-    "python_executable": python_executable,
+    "cluster_python": cluster_python,
     "mapped_table": mapped_table,
 }
 
