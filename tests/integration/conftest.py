@@ -88,7 +88,7 @@ def stack(stack_env: dict[str, str]) -> Iterator[Stack]:
 
 @pytest.fixture(scope="session")
 def executor_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The executors' Python of every job the integration tests run: pyspark, but no ``cdc_reconcile``."""
+    """The executors' Python of every job the integration tests run: nothing installed, no ``cdc_reconcile``."""
     return executor_python_without_the_package(tmp_path_factory.mktemp("executor-python"))
 
 
@@ -106,7 +106,7 @@ def airflow_stack(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Ite
     stack.up()
     stack.with_airflow = True
     os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"  # only the test's own runs; no hourly run in between
-    # the Spark tasks' executors: pyspark, but not the package (the wrapper's folder records its starts)
+    # the Spark tasks' executors: nothing installed, not the package (the wrapper's folder records its starts)
     os.environ[SPARK_PYTHON_ENV] = executor_python_without_the_package(tmp_path_factory.mktemp("dag-executor-python"))
     try:
         stack.start_airflow()
