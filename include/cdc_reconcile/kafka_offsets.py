@@ -36,7 +36,7 @@ _UNREACHABLE = {
     KafkaError._WAIT_COORD,
 }
 # A partition just added, or whose leader is being elected, answers these until its leader is known.
-_LEADER_MOVING = {
+LEADER_MOVING = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.OFFSET_NOT_AVAILABLE,
@@ -285,7 +285,7 @@ def list_offsets(
             futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=max(timeout, 0.5))
             return {tp.partition: future.result().offset for tp, future in futures.items()}
         except KafkaException as exc:
-            moving = exc.args and _code(exc.args[0]) in _LEADER_MOVING
+            moving = exc.args and _code(exc.args[0]) in LEADER_MOVING
             if not moving or time.monotonic() >= deadline:
                 raise kafka_error(exc, kafka, topic, doing, reported_errors(admin)) from exc
             time.sleep(0.2)
@@ -348,6 +348,7 @@ def log_end_offsets(
 
 
 __all__ = [
+    "LEADER_MOVING",
     "BrokerUnavailable",
     "KafkaAuthenticationFailed",
     "KafkaTarget",

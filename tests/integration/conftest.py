@@ -93,7 +93,17 @@ def executor_python(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
-def airflow_stack(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def dag_executor_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """For a module's DAG runs: the Spark tasks' executors get a Python with nothing installed
+    (``CDC_SPARK_PYTHON``); the folder records each start of it."""
+    folder = tmp_path_factory.mktemp("dag-executor-python")
+    os.environ[SPARK_PYTHON_ENV] = executor_python_without_the_package(folder)
+    yield folder
+    os.environ.pop(SPARK_PYTHON_ENV, None)
+
+
+@pytest.fixture(scope="module")
+def airflow_stack(stack: Stack, dag_executor_python: Path) -> Iterator[Stack]:
     """The session's stack, reset to empty data, plus Airflow (API server + UI, scheduler, DAG
     processor), for one test module: a gigabyte and a scheduler loop that the other tests on 2 cores
     should not pay for.
@@ -106,15 +116,12 @@ def airflow_stack(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Ite
     stack.up()
     stack.with_airflow = True
     os.environ["CDC_AIRFLOW_SCHEDULES"] = "off"  # only the test's own runs; no hourly run in between
-    # the Spark tasks' executors: nothing installed, not the package (the wrapper's folder records its starts)
-    os.environ[SPARK_PYTHON_ENV] = executor_python_without_the_package(tmp_path_factory.mktemp("dag-executor-python"))
     try:
         stack.start_airflow()
         yield stack
     finally:
         stack.with_airflow = False
         os.environ.pop("CDC_AIRFLOW_SCHEDULES", None)
-        os.environ.pop(SPARK_PYTHON_ENV, None)
         stack.stop_airflow()
         assert not stack.airflow.leftover_pids(), "airflow processes survived stop"
         assert not stack.spark_connect.pids(), "the spark connect server survived stop"

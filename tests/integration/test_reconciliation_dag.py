@@ -25,14 +25,12 @@ earlier tests sealed.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import psutil
 import psycopg
@@ -51,15 +49,15 @@ from cdc_dev.stack.topics import write_again
 from cdc_reconcile import kafka_offsets, run_state, state_store
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.orchestration.limits import SPARK_TASK_SWITCH
-from cdc_reconcile.orchestration.tasks import SPARK_PYTHON_ENV
 from cdc_reconcile.phase import Phase
 from cdc_reconcile.progress import INTERVAL_SWITCH as PROGRESS_SWITCH
 from tests.support.kafka import read_topic
 from tests.support.lake import delta_rows
 from tests.support.polling import eventually
-from tests.support.spark import EXECUTOR_PYTHON_STARTS, executor_python_without_the_package
+from tests.support.spark import EXECUTOR_PYTHON_STARTS
 
-pytestmark = pytest.mark.integration
+# every DAG run of the module: executors with nothing installed (conftest's dag_executor_python)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dag_executor_python")]
 
 TABLE = "public.order_lines"
 TOPIC = "cdc.public.order_lines"
@@ -92,16 +90,6 @@ class AlertReceiver:
         return json.dumps(
             {"conn_type": "http", "host": host, "port": port, "schema": "http", "extra": {"endpoint": "/alerts"}}
         )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def dag_executor_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The DAG runs' Spark tasks get executors whose Python cannot import the package (``CDC_SPARK_PYTHON``);
-    the folder records each start of that Python."""
-    folder = tmp_path_factory.mktemp("dag-executor-python")
-    os.environ[SPARK_PYTHON_ENV] = executor_python_without_the_package(folder)
-    yield folder
-    os.environ.pop(SPARK_PYTHON_ENV, None)
 
 
 @pytest.fixture(scope="module")

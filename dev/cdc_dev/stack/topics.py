@@ -14,12 +14,11 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-# A partition just added, or whose leader is being elected, answers these until its leader is known.
-_LEADER_MOVING = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-}
+from cdc_reconcile.kafka_offsets import LEADER_MOVING
+
+# The engine's codes for a partition whose leader is not known yet; a consumer's metadata can also name a
+# partition just added before the broker answers for it.
+_LEADER_MOVING = {*LEADER_MOVING, KafkaError.UNKNOWN_TOPIC_OR_PART}
 
 
 @dataclass(frozen=True)

@@ -125,21 +125,20 @@ class CdcSparkJobOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         settings = job_settings(self.connections)
-        if tasks.connection(self._conn_id).conn_type == SPARK_CONNECT:
+        spark = tasks.connection(self._conn_id)
+        if spark.conn_type == SPARK_CONNECT:
             return self.run_on_spark_connect(SparkConnectHook(self._conn_id).get_connection_url(), settings)
+        # the operator's own deploy mode, else the connection's (as the provider's hook resolves it)
+        deploy_mode = self._deploy_mode or spark.extra_dejson.get("deploy-mode")
         folder = tempfile.mkdtemp(prefix="cdc-spark-job-")  # 0700: the task's user only
         try:
-            self.conf = {DRIVER_PYTHON: tasks.driver_python(self.deploy_mode()), **(self.conf or {})}
+            self.conf = {DRIVER_PYTHON: tasks.driver_python(deploy_mode), **(self.conf or {})}
             self.properties_file = str(job_conf.write_properties(Path(folder) / "cdc-job.properties", settings))
             self._hook = None  # a hook made before this try does not know the file
             return super().execute(context)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
             self.properties_file = None
-
-    def deploy_mode(self) -> str | None:
-        """``client`` or ``cluster``: the operator's own, else the connection's ``deploy-mode`` extra."""
-        return self._deploy_mode or tasks.connection(self._conn_id).extra_dejson.get("deploy-mode")
 
     def run_on_spark_connect(self, url: str, settings: dict[str, str]) -> None:
         """Call the job's ``main`` here, as a client of the server at ``url``; a non-zero exit fails the task."""
