@@ -87,7 +87,7 @@ class ColumnLineage:
             return F.lit(None).cast(target)
         if PgType.parse(self.spec[name]).name == "bytea" and isinstance(target, T.BinaryType):
             return F.unbase64(F.lit(text))
-        canonical = canonical_text(self.spec[name])
+        canonical = canonical_text(self.spec[name], options)
         if canonical is not None:
             return canonical(F.lit(text))
         return F.lit(text).try_cast(target)

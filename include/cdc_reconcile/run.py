@@ -89,8 +89,12 @@ class RunSettings:
     source: SourceDatabase | None = None
     gx_root: str | None = None
     data_docs_assets: Path | None = field(default_factory=configured_assets_dir)
-    decode_options: DecodeOptions = field(default_factory=DecodeOptions)
+    decode_options: DecodeOptions | None = None  # None: the configuration's value_modes
     pipeline: PipelineConfig = field(default_factory=load_config)
+
+    def __post_init__(self) -> None:
+        if self.decode_options is None:
+            object.__setattr__(self, "decode_options", DecodeOptions.from_modes(self.pipeline.value_modes))
 
     @staticmethod
     def require(value: Any, what: str) -> Any:

@@ -34,7 +34,7 @@ from pyspark.sql import types as T
 
 from . import storage
 from .config import TableConfig
-from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, canonical_text, spark_type
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, canonical_array, canonical_text, spark_type
 from .source_snapshot import (
     INTEGER_KEY_TYPES,
     SourceSnapshot,
@@ -217,12 +217,14 @@ def transform(df: DataFrame, spec: Mapping[str, str], options: DecodeOptions = D
     for name, pg_type in spec.items():
         target = spark_type(pg_type, options)
         column = F.col("`" + name.replace("`", "``") + "`")
-        canonical = canonical_text(pg_type)
+        canonical = canonical_text(pg_type, options) or canonical_array(pg_type, options)
         if canonical is not None:
             typed = canonical(column)
         elif source[name] == target:
             typed = column
-        elif isinstance(source[name], T.StringType):
+        elif isinstance(source[name], T.StringType) or (
+            isinstance(source[name], T.ArrayType) and isinstance(source[name].elementType, T.StringType)
+        ):
             typed = column.try_cast(target)
         else:
             typed = column.cast(target)

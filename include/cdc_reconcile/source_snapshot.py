@@ -22,7 +22,7 @@ from psycopg.conninfo import make_conninfo
 from pyspark.sql import types as T
 
 from .config import TableConfig
-from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, spark_type
+from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, PgType, not_carried, spark_type
 from .errors import InputError, UnreachableError
 from .state_store import describe_dsn
 from .visibility import PgSnapshot
@@ -177,12 +177,48 @@ def interval_micros(column: str) -> str:
     return f"trunc(({seconds}) * 1000000)::bigint"
 
 
+def interval_iso(column: str) -> str:
+    """An interval as Debezium's string mode writes it: every field, seconds without trailing zeros."""
+    field = lambda unit: f"EXTRACT({unit} FROM {column})::bigint"  # noqa: E731
+    return (
+        f"'P' || {field('YEAR')} || 'Y' || {field('MONTH')} || 'M' || {field('DAY')} || 'DT' || {field('HOUR')}"
+        f" || 'H' || {field('MINUTE')} || 'M' || trim_scale(EXTRACT(SECOND FROM {column}))::text || 'S'"
+    )
+
+
+def _element_projection(t: PgType, element: str) -> str | None:
+    """How one element of an array of ``t`` is selected to meet Debezium's form of it; None: as the array is."""
+    if t.name == "timetz":  # Debezium drops the fraction of an array's element: counted by unrepresentable_values
+        return f"to_char(({element} AT TIME ZONE 'UTC')::time, 'HH24:MI:SS') || 'Z'"
+    if t.name == "hstore":
+        return f"hstore_to_json({element})::text"
+    if t.name == "inet":
+        return f"abbrev({element})"
+    if t.name == "character":
+        return f"rpad({element}::text, {t.args[0] if t.args else 1})"
+    if t.name == "time":  # Debezium sends an array's times to the millisecond: counted by unrepresentable_values
+        return f"floor(EXTRACT(EPOCH FROM {element}) * 1000)::bigint * 1000"
+    if t.name in ("numeric", "money"):
+        return f"{element}::numeric::text"
+    if t.name in FINITE_TYPES:
+        return f"CASE WHEN isfinite({element}) THEN {element} END"
+    return None
+
+
 def column_projection(name: str, pg_type: str, options: DecodeOptions) -> str:
     """How a column is selected so JDBC can carry it and the snapshot's ``transform`` can type it like the decoder."""
     t = PgType.parse(pg_type)
     target = spark_type(t, options)
     column = sql_identifier(name)
-    if t.is_array:
+    element = _element_projection(t.element(), "e") if t.is_array else None
+    if not_carried(t) is not None:  # the lake holds it as null; unrepresentable_values counts its values
+        expr = "NULL::text[]" if t.is_array else "NULL::text"
+    elif element is not None:
+        expr = (
+            f"CASE WHEN {column} IS NOT NULL THEN "
+            f"ARRAY(SELECT {element} FROM unnest({column}) WITH ORDINALITY AS u(e, n) ORDER BY n) END"
+        )
+    elif t.is_array:
         expr = f"{column}::text[]" if isinstance(target.elementType, T.StringType) else column
     elif t.name in ("numeric", "money"):
         expr = f"{column}::numeric::text"  # NaN/Infinity and unbounded scale survive JDBC as text
@@ -204,6 +240,8 @@ def column_projection(name: str, pg_type: str, options: DecodeOptions) -> str:
         expr = f"CASE WHEN isfinite({column}) THEN {column} END"  # +-infinity: counted by unrepresentable_values
     elif t.name == "interval" and isinstance(target, T.LongType):
         expr = interval_micros(column)
+    elif t.name == "interval":
+        expr = interval_iso(column)
     elif isinstance(target, T.StringType):
         expr = f"{column}::text"
     else:
@@ -381,6 +419,39 @@ def exported_snapshot(
 # the JDBC read
 
 
+def _unfit_value(name: str, pg_type: PgType, options: DecodeOptions) -> sql.Composable | None:
+    """The condition on a row whose value of column ``name`` the lake cannot hold; None: every value fits.
+
+    For an array, a row is unfit when one of its elements is.
+    """
+    if not_carried(pg_type) is not None:
+        return sql.SQL("{} IS NOT NULL").format(sql.Identifier(name))
+    if pg_type.is_array:
+        element = _unfit_value("e", pg_type.element(), options)
+        if pg_type.name == "timetz":  # Debezium sends an array's elements to the whole second
+            element = sql.SQL("mod(EXTRACT(MICROSECONDS FROM e)::bigint, 1000000) <> 0")
+        elif pg_type.name == "time":  # and an array's times to the millisecond
+            element = sql.SQL("mod(EXTRACT(MICROSECONDS FROM e)::bigint, 1000) <> 0")
+        if element is None:
+            return None
+        return sql.SQL("EXISTS (SELECT 1 FROM unnest({}) AS u(e) WHERE {})").format(sql.Identifier(name), element)
+    target = spark_type(pg_type, options)
+    column = sql.Identifier(name)
+    if pg_type.name == "numeric" and isinstance(target, T.DecimalType):
+        # NaN sorts above every number in PostgreSQL: one comparison catches NaN, Infinity and overflow
+        unfit = sql.SQL("abs({c}) >= {limit}").format(c=column, limit=sql.SQL(f"1e{target.precision - target.scale}"))
+        if not pg_type.args:
+            # unconstrained numeric: more fractional digits than the lake's scale would be rounded
+            unfit = sql.SQL("{unfit} OR scale({c}) > {s}").format(unfit=unfit, c=column, s=sql.Literal(target.scale))
+        return unfit
+    if pg_type.name in FINITE_TYPES:
+        return sql.SQL("NOT isfinite({})").format(column)
+    if pg_type.name == "bit varying":
+        # Debezium sends the string's value: 0011, 011 and 11 are one event, so the length is lost
+        return sql.SQL("{}::text LIKE '0%%'").format(column)
+    return None
+
+
 def unrepresentable_values(
     dsn: str,
     snapshot: SourceSnapshot,
@@ -391,7 +462,9 @@ def unrepresentable_values(
     connect_timeout: int = 10,
 ) -> dict[str, int]:
     """Per column, the snapshot's values that its lake type cannot hold: numeric NaN, +-Infinity and too many
-    digits, date and timestamp +-infinity, a bit varying with leading zeros.
+    digits, date and timestamp +-infinity, a bit varying with leading zeros, any value of a type Debezium
+    does not carry (``not_carried``), and the same inside arrays, where Debezium also drops a
+    ``timetz`` element's fraction of a second and a ``time`` element's digits below the millisecond.
 
     An unconstrained ``numeric`` value with more fractional digits than the lake's scale counts too:
     the snapshot would round it while its change event is quarantined.
@@ -402,25 +475,9 @@ def unrepresentable_values(
     """
     checks: list[tuple[str, sql.Composable]] = []
     for column in snapshot.columns:
-        pg_type = PgType.parse(column.type)
-        target = spark_type(pg_type, options)
-        if pg_type.name == "numeric" and not pg_type.is_array and isinstance(target, T.DecimalType):
-            # NaN sorts above every number in PostgreSQL: one comparison catches NaN, Infinity and overflow
-            limit = sql.SQL(f"1e{target.precision - target.scale}")
-            unfit = sql.SQL("abs({c}) >= {limit}").format(c=sql.Identifier(column.name), limit=limit)
-            if not pg_type.args:
-                # unconstrained numeric: more fractional digits than the lake's scale would be rounded
-                unfit = sql.SQL("{unfit} OR scale({c}) > {s}").format(
-                    unfit=unfit, c=sql.Identifier(column.name), s=sql.Literal(target.scale)
-                )
+        unfit = _unfit_value(column.name, PgType.parse(column.type), options)
+        if unfit is not None:
             checks.append((column.name, sql.SQL("count(*) FILTER (WHERE {})").format(unfit)))
-        elif pg_type.name in FINITE_TYPES and not pg_type.is_array:
-            infinite = sql.SQL("count(*) FILTER (WHERE NOT isfinite({}))").format(sql.Identifier(column.name))
-            checks.append((column.name, infinite))
-        elif pg_type.name == "bit varying" and not pg_type.is_array:
-            # Debezium sends the string's value: 0011, 011 and 11 are one event, so the length is lost
-            zeros = sql.SQL("count(*) FILTER (WHERE {}::text LIKE '0%%')").format(sql.Identifier(column.name))
-            checks.append((column.name, zeros))
     if not checks:
         return {}
     schema, table = snapshot.table.split(".", 1)

@@ -14,22 +14,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .config import ConfigError, parse_config
+from .config import DEFAULT_VALUE_MODES, VALUE_MODES, ConfigError, parse_config
 from .config.tables import TABLES
-from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions
 from .errors import InputError
 
 INCLUDE_LIST = "table.include.list"
 EXCLUDE_LIST = "table.exclude.list"
 SIGNAL_COLLECTION = "signal.data.collection"
-# The connector's own defaults for the value-mode settings, for a configuration that leaves them out.
-CONNECTOR_DEFAULT_MODES = {
-    "decimal.handling.mode": "precise",
-    "time.precision.mode": "adaptive",
-    "binary.handling.mode": "bytes",
-    "interval.handling.mode": "numeric",
-    "hstore.handling.mode": "json",
-}
 # Replica identities as pg_class.relreplident spells them.
 IDENTITY_DEFAULT, IDENTITY_NOTHING, IDENTITY_FULL, IDENTITY_INDEX = "d", "n", "f", "i"
 
@@ -38,27 +29,18 @@ class Refused(InputError):
     """Adding the table would leave the pipeline inconsistent; the message names the setting and the fix."""
 
 
-def decoder_modes(options: DecodeOptions = DEFAULT_OPTIONS) -> dict[str, str]:
-    """The connector value modes the decoder reads events in (hstore: the JSON text it keeps as a string)."""
-    return {
-        "decimal.handling.mode": options.decimal_handling_mode,
-        "time.precision.mode": options.time_precision_mode,
-        "binary.handling.mode": options.binary_handling_mode,
-        "interval.handling.mode": options.interval_handling_mode,
-        "hstore.handling.mode": "json",
-    }
-
-
 def mode_mismatches(connector: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
     """One message per value-mode setting whose connector value differs from the decoder's."""
     problems = []
     for setting, wanted in expected.items():
-        actual = connector.get(setting, CONNECTOR_DEFAULT_MODES[setting])
+        actual = connector.get(setting, DEFAULT_VALUE_MODES[setting])
         if actual != wanted:
+            readable = actual in VALUE_MODES[setting]
             problems.append(
                 f"the connector's {setting} is {actual!r} but the decoder reads {wanted!r}: set "
                 f"{setting}={wanted} in the connector's configuration (existing topics keep the old encoding, "
                 "so reconcile them with a full rescan afterwards)"
+                + (f", or value_modes: {{{setting}: {actual}}} in the table configuration" if readable else "")
             )
     return problems
 

@@ -25,7 +25,7 @@ import yaml
 from psycopg import sql
 
 from . import table_admin
-from .config import IDENTIFIER, load_config
+from .config import IDENTIFIER, load_config, parse_value_modes
 from .errors import InputError, ReconcileError, UnreachableError
 from .state_store import describe_dsn
 
@@ -149,13 +149,13 @@ def add(args: argparse.Namespace) -> list[str]:
     name, key = args.table, args.key
     connect = Connect(args.connect_url, args.connector)
     connector = connect.config()
-    problems = table_admin.mode_mismatches(connector, table_admin.decoder_modes())
+    current = read_document(args.config)
+    modes = parse_value_modes((current or {}).get("value_modes") or {}, f"{args.config}: value_modes")
+    problems = table_admin.mode_mismatches(connector, modes)
     if problems:
         raise table_admin.Refused("; ".join(problems))
     signals = table_admin.signal_table(connector)
-    document, config_changed = table_admin.with_table(
-        read_document(args.config), name, key, connector.get("topic.prefix", "cdc")
-    )
+    document, config_changed = table_admin.with_table(current, name, key, connector.get("topic.prefix", "cdc"))
     updated, captured = table_admin.with_captured(connector, [signals, name])
     publication = connector.get("publication.name", "dbz_publication")
     changes = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_reconcile.config import ConfigError, default_config, load_config, parse_config
+from cdc_reconcile.config.tables import TABLES
 
 
 def test_the_shipped_configuration_loads():
@@ -52,3 +53,14 @@ def test_a_yaml_file_of_the_same_shape_overrides_the_default(tmp_path, monkeypat
 def test_an_unreadable_configuration_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_every_job_decodes_in_the_value_modes_of_the_configuration():
+    from cdc_reconcile.run import RunSettings
+
+    configured = parse_config({**TABLES, "value_modes": {"interval.handling.mode": "string"}})
+    assert configured.value_modes["interval.handling.mode"] == "string"
+    assert configured.value_modes["decimal.handling.mode"] == "precise"  # the connector's default
+    assert RunSettings(lake_root="lake", pipeline=configured).decode_options.interval_handling_mode == "string"
+    default = RunSettings(lake_root="lake", pipeline=parse_config(TABLES))
+    assert default.decode_options.interval_handling_mode == "numeric"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cdc_reconcile import table_admin as admin
-from cdc_reconcile.config import parse_config
+from cdc_reconcile.config import DEFAULT_VALUE_MODES, ConfigError, parse_config
 from cdc_reconcile.config.tables import TABLES
 from cdc_reconcile.tables_cli import parse_args
 
@@ -76,14 +76,37 @@ def test_a_table_the_exclude_list_holds_is_refused():
 
 
 def test_value_modes_that_differ_from_the_decoder_name_the_setting_and_the_fix():
-    assert admin.mode_mismatches(CONNECTOR, admin.decoder_modes()) == []
+    assert admin.mode_mismatches(CONNECTOR, DEFAULT_VALUE_MODES) == []
     problems = admin.mode_mismatches(
-        {**CONNECTOR, "decimal.handling.mode": "double", "hstore.handling.mode": "map"}, admin.decoder_modes()
+        {**CONNECTOR, "decimal.handling.mode": "double", "hstore.handling.mode": "map"}, DEFAULT_VALUE_MODES
     )
     assert len(problems) == 2
     assert "decimal.handling.mode is 'double' but the decoder reads 'precise'" in problems[0]
     assert "set decimal.handling.mode=precise" in problems[0]
+    assert "value_modes: {decimal.handling.mode: double} in the table configuration" in problems[0]
     assert "hstore.handling.mode is 'map'" in problems[1]
+    assert "value_modes" not in problems[1]  # the decoder cannot read hstore as a map
+
+
+def test_a_connector_in_interval_string_mode_suits_a_configuration_that_says_so():
+    modes = parse_config({**TABLES, "value_modes": {"interval.handling.mode": "string"}}).value_modes
+    connector = {**CONNECTOR, "interval.handling.mode": "string"}
+    assert admin.mode_mismatches(connector, modes) == []
+    assert len(admin.mode_mismatches(CONNECTOR, modes)) == 1
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"interval.handling.mode": "iso"}, r"value_modes.interval.handling.mode: 'iso' cannot be decoded"),
+        ({"hstore.handling.mode": "map"}, r"'map' cannot be decoded.*\['json'\]"),
+        ({"column.propagate.source.type": "x"}, r"not a value mode the decoder reads"),
+        (["string"], r"a mapping of connector settings"),
+    ],
+)
+def test_a_value_mode_the_decoder_cannot_read_is_a_configuration_error(section, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config({**TABLES, "value_modes": section})
 
 
 def test_a_connector_without_a_signal_table_is_refused_with_how_to_make_one():

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -50,6 +51,18 @@ class TableConfig:
         return f"{self.topic_prefix}.transaction"
 
 
+# The connector's value-mode settings the decoder reads, each with the values it can read (the
+# connector's default first). A deployment whose connector uses others lists them under ``value_modes``.
+VALUE_MODES: dict[str, tuple[str, ...]] = {
+    "decimal.handling.mode": ("precise", "string", "double"),
+    "time.precision.mode": ("adaptive", "adaptive_time_microseconds", "connect"),
+    "binary.handling.mode": ("bytes", "base64", "base64-url-safe", "hex"),
+    "interval.handling.mode": ("numeric", "string"),
+    "hstore.handling.mode": ("json",),
+}
+DEFAULT_VALUE_MODES = {setting: values[0] for setting, values in VALUE_MODES.items()}
+
+
 @dataclass(frozen=True)
 class Retention:
     """How much of the lake is kept: the newest ``keep_runs`` runs' per-run datasets, and table
@@ -65,6 +78,8 @@ class PipelineConfig:
     topic_prefix: str
     watermark_table: str
     retention: Retention = Retention()
+    # the connector's value modes, every setting of VALUE_MODES given: how the jobs decode events
+    value_modes: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_VALUE_MODES))
 
     def table(self, name: str) -> TableConfig:
         for table in self.tables:
@@ -125,7 +140,25 @@ def parse_config(document: dict, source: str = DEFAULT_SOURCE) -> PipelineConfig
         topic_prefix=prefix,
         watermark_table=watermark,
         retention=_retention(document.get("retention") or {}, f"{source}: retention"),
+        value_modes=parse_value_modes(document.get("value_modes") or {}, f"{source}: value_modes"),
     )
+
+
+def parse_value_modes(section: object, where: str = "value_modes") -> dict[str, str]:
+    """The connector value modes of a configuration's ``value_modes`` section, defaults filled in."""
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: a mapping of connector settings to values, e.g. interval.handling.mode: string")
+    modes = dict(DEFAULT_VALUE_MODES)
+    for setting, value in section.items():
+        if setting not in VALUE_MODES:
+            raise ConfigError(f"{where}: {setting!r} is not a value mode the decoder reads; one of {list(VALUE_MODES)}")
+        if value not in VALUE_MODES[setting]:
+            raise ConfigError(
+                f"{where}.{setting}: {value!r} cannot be decoded; set the connector and this entry to one of "
+                f"{list(VALUE_MODES[setting])}"
+            )
+        modes[setting] = value
+    return modes
 
 
 def _retention(section: object, where: str) -> Retention:

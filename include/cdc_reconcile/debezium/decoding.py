@@ -188,7 +188,7 @@ def _decode_scalar(raw: Column, t: PgType, options: DecodeOptions, event_scale: 
         )
         factor = 1000 if millis else 1
         return F.when(is_int, F.try_multiply(raw.try_cast(T.LongType()), F.lit(factor)))
-    canonical = canonical_text(t)
+    canonical = canonical_text(t, options)
     if canonical is not None:
         return canonical(raw)
     if t.name in ("bit", "bit varying"):

@@ -19,7 +19,6 @@ import sys
 
 from cdc_reconcile import kafka_offsets
 from cdc_reconcile.config import TableConfig
-from cdc_reconcile.debezium.pgtypes import DecodeOptions
 from cdc_reconcile.errors import InputError
 from cdc_reconcile.jobs import job_conf
 from cdc_reconcile.jobs.job_cli import EXIT_DONE, flag, job_parser, run_job, spark_run, summary_line
@@ -44,7 +43,6 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--starting-offsets", help="Spark offset JSON; instead of the sealed range in --state-dsn")
     parser.add_argument("--ending-offsets", help="Spark offset JSON; instead of the sealed range in --state-dsn")
     flag(parser, "--full-rescan", "the range is the whole topic: fold the table from it alone")
-    parser.add_argument("--decimal-handling-mode", default="precise", choices=["precise", "string", "double"])
     parser.add_argument(
         "--kafka-timeout", type=float, default=60.0, help="seconds to wait for the broker before giving up"
     )
@@ -65,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
             lake_root=args.lake_root,
             state_dsn=args.state_dsn,
             kafka=kafka,
-            decode_options=DecodeOptions(decimal_handling_mode=args.decimal_handling_mode),
         )
         run = TableRun(table, args.run_id, settings)
         if args.starting_offsets and args.ending_offsets:

@@ -492,6 +492,50 @@ def test_a_tstzrange_reads_in_utc_whatever_zone_printed_it(spark):
     assert {r.id: r.span for r in transform(snapshot_rows, spec).collect()} == {k: u for k, (_, u) in printed.items()}
 
 
+def test_an_interval_in_string_mode_reads_the_same_from_debezium_and_from_the_snapshot(spark):
+    """Debezium writes every field and seconds from a double; the snapshot writes PostgreSQL's microseconds."""
+    from cdc_reconcile.snapshot import transform
+
+    options = DecodeOptions(interval_handling_mode="string")
+    spec = {"id": "integer", "took": "interval"}
+    printed = {  # Debezium's text, the snapshot's (source_snapshot.interval_iso), the one form both become
+        1: ("P-1Y-2M3DT-4H-5M-6.123457S", "P-1Y-2M3DT-4H-5M-6.123457S", "P-1Y-2M3DT-4H-5M-6.123457S"),
+        2: ("P0Y0M3DT4H5M0.29S", "P0Y0M3DT4H5M0.29S", "P0Y0M3DT4H5M0.29S"),
+        3: ("P0Y0M0DT0H0M6.1234570000000005S", "P0Y0M0DT0H0M6.123457S", "P0Y0M0DT0H0M6.123457S"),
+        4: ("P0Y0M0DT0H0M0S", "P0Y0M0DT0H0M0S", "P0Y0M0DT0H0M0S"),
+        5: ("P0Y0M0DT100H0M59.999999S", "P0Y0M0DT100H0M59.999999S", "P0Y0M0DT100H0M59.999999S"),
+        6: ("P0Y0M0DT0H0M-0.000001S", "P0Y0M0DT0H0M-0.000001S", "P0Y0M0DT0H0M-0.000001S"),
+    }
+    for key, (event, _, canonical) in printed.items():
+        assert decode_one(spark, spec, {"id": key, "took": event}, options).first()["took"] == canonical, key
+    rows = spark.createDataFrame([(k, projected) for k, (_, projected, _) in printed.items()], "id int, took string")
+    snapshot_forms = {r.id: r.took for r in transform(rows, spec, options).collect()}
+    assert snapshot_forms == {k: canonical for k, (_, _, canonical) in printed.items()}
+    # numeric mode is unchanged: microseconds
+    assert decode_one(spark, spec, {"id": 1, "took": 1_000_000}).first()["took"] == 1_000_000
+
+
+def test_arrays_of_types_with_one_form_meet_element_by_element(spark):
+    """hstore and tstzrange elements take the scalar's form on both sides; nulls and order are kept."""
+    from cdc_reconcile.snapshot import transform
+
+    spec = {"id": "integer", "tags": "hstore[]", "spans": "tstzrange[]"}
+    event = {
+        "id": 1,
+        "tags": [json.dumps({"b": "2", "a": "1"}), None],
+        "spans": ['["2024-01-01 01:00:00+01","2024-02-01 00:00:00+00")'],
+    }
+    expected = Row(
+        id=1, tags=['{"a":"1","b":"2"}', None], spans=['["2024-01-01 00:00:00+00","2024-02-01 00:00:00+00")']
+    )
+    assert decode_one(spark, spec, event).select(*spec).first() == expected
+    projected = spark.createDataFrame(
+        [(1, ['{"a": "1", "b": "2"}', None], ['["2024-01-01 00:00:00+00","2024-02-01 00:00:00+00")'])],
+        "id int, tags array<string>, spans array<string>",
+    )
+    assert transform(projected, spec).first() == expected
+
+
 # Every column type the decoders know, as scalars and arrays, with the options that change the decoder.
 _EVERY_TYPE = [
     *(
