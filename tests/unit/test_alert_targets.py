@@ -129,6 +129,27 @@ def test_the_message_carries_counts_sample_keys_and_links() -> None:
     )
 
 
+def test_links_point_at_the_served_data_docs_when_the_site_has_a_url(monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_VAR_CDC_DATA_DOCS_URL", "https://dq.example.com/cdc/")
+    message = alerts.alert_message(
+        alerts.WARNING,
+        dag_id="cdc_reconciliation",
+        run_id="manual__2026-01-01T10:00:00+00:00",
+        task_id="reconcile_table.confirm_repair",
+        outcome=OUTCOME,
+        docs_url=alerts.served_docs_url(),
+    )
+    assert message["data_docs"] == "https://dq.example.com/cdc/index.html"
+    assert message["report"] == "https://dq.example.com/cdc/cdc_trends.html#table-public.customers"
+    assert "Data Docs: https://dq.example.com/cdc/index.html" in message["text"]
+    assert alerts.data_docs_url(message["data_docs"]) == message["data_docs"]
+    assert OUTCOME["data_docs"].startswith("/srv/cdc/")  # the task's outcome is left as it was
+    # a page outside the site, and no URL set: the path as before
+    assert alerts.served_page("/elsewhere/index.html", "https://dq.example.com/cdc") == "/elsewhere/index.html"
+    monkeypatch.delenv("AIRFLOW_VAR_CDC_DATA_DOCS_URL")
+    assert alerts.served_docs_url() is None
+
+
 def test_a_slack_webhook_connection_posts_block_kit_through_the_slack_provider(monkeypatch, receiver) -> None:
     connect_alerts(monkeypatch, conn_type="slackwebhook", password=f"{receiver.url}/services/T0/B0/secret")
     message = warning_message()

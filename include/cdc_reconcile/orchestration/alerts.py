@@ -37,6 +37,9 @@ WARNING = "warning"
 CRITICAL = "critical"
 OUTCOME_KEY = "outcome"
 ALERTS_CONN = "cdc_alerts"
+# where the Data Docs site folder (<gx root>/gx/uncommitted/data_docs/local_site/) is served, if it is
+DOCS_URL_VAR = "cdc_data_docs_url"
+DOCS_SITE = "/gx/uncommitted/data_docs/local_site/"
 CLASSES = ("redelivery", "snapshot_rerun", "missing", "extra", "stale", "quarantined", "incomplete_transactions")
 SLACK, HTTP, SMTP = "slackwebhook", "http", "smtp"
 WEBHOOK_TIMEOUT = 15
@@ -75,9 +78,16 @@ def alert_message(
     outcome: Mapping[str, Any] | None,
     error: str | None = None,
     run_url: str | None = None,
+    docs_url: str | None = None,
 ) -> dict[str, Any]:
-    """The alert's content: a title, counts by class, failed checks with sample keys, and where to look."""
-    outcome = outcome or {}
+    """The alert's content: a title, counts by class, failed checks with sample keys, and where to look.
+
+    ``docs_url``: where the Data Docs site is served (the ``cdc_data_docs_url`` variable); the links to
+    its pages then point there instead of at the worker's disk.
+    """
+    outcome = dict(outcome or {})
+    if docs_url and outcome.get("data_docs"):
+        outcome["data_docs"] = served_page(outcome["data_docs"], docs_url)
     report = report_link(outcome.get("data_docs"), outcome.get("table"))
     table = outcome.get("table", "?")
     found = {k: int(v) for k, v in (outcome.get("found") or {}).items() if k in CLASSES and v}
@@ -128,6 +138,13 @@ def alert_message(
 
 def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
+
+
+def served_page(path: str, docs_url: str) -> str:
+    """A page of the Data Docs site as a URL under ``docs_url``; a path outside the site stays as it is."""
+    if "://" in path or DOCS_SITE not in path:
+        return path
+    return f"{docs_url.rstrip('/')}/{path.split(DOCS_SITE, 1)[1]}"
 
 
 def data_docs_url(path: str | None) -> str | None:
@@ -309,10 +326,18 @@ class ReconciliationNotifier(BaseNotifier):
             outcome=outcome,
             error=failure_text(context.get("exception"), getattr(ti.task, "execution_timeout", None)),
             run_url=ui_url(ti.dag_id, ti.run_id, ti.task_id, ti.map_index),
+            docs_url=served_docs_url(),
         )
         target = deliver(message, self.conn_id, context)
         log.info("%s alert sent to %s: %s", self.severity, target, message["title"])
         print(json.dumps({"alert": message["title"], "target": target}))
+
+
+def served_docs_url() -> str | None:
+    """The ``cdc_data_docs_url`` variable, read when an alert is sent; None when it is not set."""
+    from airflow.sdk import Variable
+
+    return Variable.get(DOCS_URL_VAR, default=None) or None
 
 
 # -- the run's deadline -----------------------------------------------------------------------------------
