@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 # how far the transaction topic is read back before the predecessor's snapshot: the clocks of the
 # database (the snapshot's time) and of the Connect worker (the records' timestamps) may differ
 TRANSACTION_CLOCK_SKEW = timedelta(minutes=5)
+# the state database's advisory lock over the Great Expectations project's stores and Data Docs
+GX_LOCK = "cdc_reconcile.great_expectations"
 
 if TYPE_CHECKING:
     import psycopg
@@ -671,6 +673,7 @@ class TableRun:
                 counts=counts,
                 gx_root=gx_root,
                 data_docs_assets=self.settings.data_docs_assets,
+                lock=state_store.held_lock(self.settings.state_dsn, GX_LOCK) if self.settings.state_dsn else None,
             )
         as_of.unpersist()
         diff.unpersist()

@@ -119,6 +119,22 @@ def open_state(dsn: str) -> Iterator[psycopg.Connection]:
         yield conn
 
 
+@contextlib.contextmanager
+def held_lock(dsn: str, name: str) -> Iterator[None]:
+    """A session advisory lock on ``name`` in the state database, held while the block runs.
+
+    Every host of a deployment reaches the state database, so this serialises work across Airflow
+    workers and Spark drivers where a file lock holds only on one host (and not reliably on NFS). A
+    process that dies drops its session, and with it the lock.
+    """
+    with connect(dsn) as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (name,))
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (name,))
+
+
 def ensure_state_schema(conn: psycopg.Connection) -> None:
     """Create the ``cdc_reconcile`` schema and tables if missing (safe to call concurrently)."""
     ddl = resources.files("cdc_reconcile").joinpath("sql/state_schema.sql").read_text()

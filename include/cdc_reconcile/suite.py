@@ -162,8 +162,8 @@ def gx_column(name: str) -> str:
 
 
 @contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """Mapped validate tasks of one run share the GX project; one writes its stores and docs at a time."""
+def file_lock(root: Path) -> Iterator[None]:
+    """The GX project's lock without a state database: a file lock, which holds on one host only."""
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".cdc-reconcile.lock").open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -249,12 +249,14 @@ def run_suite(
     counts: Mapping[str, int],
     gx_root: str | Path,
     data_docs_assets: str | Path | None,
+    lock: contextlib.AbstractContextManager[Any] | None = None,
 ) -> SuiteOutcome:
     """Validate the run's datasets, store the results, rebuild Data Docs, and summarise.
 
     ``data_docs_assets``: the folder the Data Docs' CDN files are served from (``$CDC_DATA_DOCS_ASSETS``);
-    None keeps the CDN links. An expectation that raises counts as failed: a suite that cannot run
-    must never pass.
+    None keeps the CDN links. ``lock``: held while the GX project's stores and Data Docs are written
+    (mapped validate tasks share them); by default :func:`file_lock`. An expectation that raises counts
+    as failed: a suite that cannot run must never pass.
     """
     if data_docs_assets is not None:
         check_assets(data_docs_assets)
@@ -263,7 +265,7 @@ def run_suite(
 
     root = Path(gx_root)
     checks: list[dict[str, Any]] = []
-    with _locked(root):
+    with lock if lock is not None else file_lock(root):
         context = gx.get_context(mode="file", project_root_dir=str(root))
         definitions = _definitions(context, table, key)
         run = RunIdentifier(run_name=f"{run_id} {table} {phase}")
