@@ -9,6 +9,7 @@ import time
 import pytest
 
 from cdc_reconcile import progress
+from tests.support.polling import eventually
 
 
 def slow_identity(value: int) -> int:
@@ -28,6 +29,10 @@ def test_progress_lines_name_the_active_job_and_its_tasks_while_it_runs(spark) -
 
 
 def test_no_line_while_no_job_runs(spark) -> None:
+    # the status tracker learns of a finished job through the listener bus, after the action returned:
+    # an earlier test's job can still look active for a moment
+    tracker = spark.sparkContext.statusTracker()
+    eventually(lambda: not tracker.getActiveJobsIds(), timeout=30, what="no active Spark job", interval=0.1)
     out = io.StringIO()
     reporter = progress.SparkProgress(spark, "validate public.t", interval=0, out=out)
     with reporter:
