@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import base64
+import json
 from decimal import Decimal
+from pathlib import Path
+
+import pytest
 
 from cdc_dev.faults.checks import (
     RawRecord,
+    added_files,
     decode_decimal,
     differences,
     duplicates,
@@ -14,9 +19,12 @@ from cdc_dev.faults.checks import (
     fold,
     uncommitted_files,
 )
-from cdc_dev.faults.cli import RUNNER_ENV, repetition_environment
+from cdc_dev.faults.cli import RUNNER_ENV, repetition_environment, scenario_names
+from cdc_dev.faults.harness import FaultRunner
 from cdc_dev.faults.report import markdown, matrix
 from cdc_dev.faults.result import ScenarioResult, compare
+from cdc_dev.faults.scenarios import GROUPS, SCENARIOS, run_scenarios
+from cdc_dev.stack import StackConfig
 
 
 def money(value: str) -> str:
@@ -162,3 +170,51 @@ def test_matrix_has_one_line_per_scenario_over_its_repetitions():
     assert [line.split(" | ")[0] for line in table[2:]] == ["| 1. K", "| 3. R"]
     assert "| 3. R | 2 of 3 | kills 1 | redelivery 204 / redelivery 204 / redelivery 9 |" in table[3]
     assert "| yes / yes / no ❌ | 80 |" in table[3]
+
+
+def test_scenario_selection_expands_groups_in_run_order():
+    assert scenario_names("all") == list(SCENARIOS)
+    assert scenario_names("cluster") == ["worker_kill", "datanode_kill", "master_restart"]
+    assert scenario_names("master_restart, lost_events") == ["lost_events", "master_restart"]
+    assert scenario_names("local") == [n for n in SCENARIOS if n not in GROUPS["cluster"]]
+    with pytest.raises(ValueError, match="unknown scenario 'worker'"):
+        scenario_names("lost_events,worker")
+
+
+def test_added_files_are_the_adds_of_every_commit_unquoted():
+    commits = [
+        '{"commitInfo":{"operation":"WRITE"}}\n{"add":{"path":"run=r%201/part-0.parquet","size":1}}\n',
+        '{"remove":{"path":"run=r%201/part-0.parquet"}}\n{"add":{"path":"part-1.parquet","size":2}}\n\n',
+    ]
+    assert added_files(commits) == {"run=r 1/part-0.parquet", "part-1.parquet"}
+
+
+def test_a_cluster_scenario_is_refused_on_a_runner_without_the_cluster(tmp_path, monkeypatch):
+    monkeypatch.setenv("CDC_RUN_DIR", str(tmp_path))
+    runner = FaultRunner(StackConfig(), log=lambda _: None)
+    [result] = run_scenarios(runner, ["worker_kill"])
+    assert not result.passed and "needs a runner with cluster=True" in result.error
+
+
+def test_dag_runs_of_the_cluster_runner_submit_to_the_master_and_write_to_hdfs(tmp_path, monkeypatch):
+    monkeypatch.setenv("CDC_RUN_DIR", str(tmp_path))
+    config = StackConfig()
+    assert FaultRunner(config).dag_environment() == {}
+    env = FaultRunner(config, cluster=True).dag_environment()
+    assert env["AIRFLOW_VAR_CDC_LAKE_ROOT"] == f"{config.hdfs_lake_uri}/faults"
+    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == config.spark_master_url
+    defaults = (Path(env["SPARK_CONF_DIR"]) / "spark-defaults.conf").read_text().splitlines()
+    assert f"spark.master {config.spark_master_url}" in defaults
+    assert not env["AIRFLOW_VAR_CDC_GX_ROOT"].startswith("hdfs:")
+
+
+def test_change_data_files_of_a_commit_count_as_committed(tmp_path):
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    (log / "00000000000000000000.json").write_text(
+        '{"add":{"path":"part-1.parquet"}}\n{"cdc":{"path":"_change_data/cdc-1.parquet"}}\n'
+    )
+    for name in ("part-1.parquet", "_change_data/cdc-1.parquet", "part-2.parquet"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"PAR1")
+    assert uncommitted_files(tmp_path) == [tmp_path / "part-2.parquet"]

@@ -175,14 +175,17 @@ def _query(table: Any, sql: str) -> Any:
     return pa.table(QueryBuilder().register("lake", table).execute(sql).read_all())
 
 
-def lake_rows(lake_root: Path, table: str = TABLE) -> dict[Any, Row] | None:
-    """The live lake table, read with delta-rs (no Spark, no pipeline code); None before its first commit."""
+def lake_rows(lake_root: Path | str, table: str = TABLE) -> dict[Any, Row] | None:
+    """The live lake table, read with delta-rs (no Spark, no pipeline code); None before its first commit.
+
+    ``lake_root`` is a folder or a URI delta-rs reads itself (``hdfs://`` through its own HDFS client).
+    """
     from deltalake import DeltaTable
 
-    root = lake_root / table / "table"
-    if not DeltaTable.is_deltatable(str(root)):
+    root = f"{str(lake_root).rstrip('/')}/{table}/table"
+    if not DeltaTable.is_deltatable(root):
         return None
-    data = _query(DeltaTable(str(root)), f"SELECT {', '.join(COLUMNS)} FROM lake").to_pydict()
+    data = _query(DeltaTable(root), f"SELECT {', '.join(COLUMNS)} FROM lake").to_pydict()
     rows: dict[Any, Row] = {}
     for i, key in enumerate(data["id"]):
         balance = data["balance"][i]
@@ -194,7 +197,7 @@ def lake_rows(lake_root: Path, table: str = TABLE) -> dict[Any, Row] | None:
     return rows
 
 
-def event_positions(events_root: Path) -> list[tuple[int, int]]:
+def event_positions(events_root: Path | str) -> list[tuple[int, int]]:
     """(partition, offset) of every committed row of an events dataset, read with delta-rs."""
     from deltalake import DeltaTable
 
@@ -204,21 +207,29 @@ def event_positions(events_root: Path) -> list[tuple[int, int]]:
     return list(zip(data["partition"], data["offset"], strict=True))
 
 
-def committed_files(dataset: Path) -> set[str]:
-    """Every data file any commit of a Delta table added, from its log (relative paths, unquoted)."""
+def added_files(commits: Iterable[str]) -> set[str]:
+    """Every file the given Delta commits (each a ``_delta_log/*.json`` text) added, unquoted: data files
+    (``add``) and change data files (``cdc``, under ``_change_data/``)."""
     from urllib.parse import unquote
 
     added: set[str] = set()
-    for entry in sorted((dataset / "_delta_log").glob("*.json")):
-        for line in entry.read_text().splitlines():
+    for text in commits:
+        for line in text.splitlines():
             action = json.loads(line) if line.strip() else {}
-            if "add" in action:
-                added.add(unquote(action["add"]["path"]))
+            for kind in ("add", "cdc"):
+                if kind in action:
+                    added.add(unquote(action[kind]["path"]))
     return added
 
 
+def committed_files(dataset: Path) -> set[str]:
+    """Every data file any commit of a Delta table added, from its log (relative paths, unquoted)."""
+    return added_files(entry.read_text() for entry in sorted((dataset / "_delta_log").glob("*.json")))
+
+
 def uncommitted_files(dataset: Path) -> list[Path]:
-    """Data files under a Delta table that no commit added: what a writer killed mid-write leaves."""
+    """Data files under a Delta table that no commit added: what a writer killed mid-write leaves, or
+    one that wrote a file it then left out of its commit (Delta leaves an empty MERGE output behind)."""
     if not (dataset / "_delta_log").is_dir():
         return sorted(dataset.rglob("*.parquet"))
     added = committed_files(dataset)

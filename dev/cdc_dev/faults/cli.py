@@ -20,7 +20,7 @@ from ..stack.config import REPO_ROOT
 from .harness import FaultRunner
 from .report import load_results, markdown, matrix, save_results
 from .result import ScenarioResult
-from .scenarios import SCENARIOS, run_scenarios
+from .scenarios import GROUPS, SCENARIOS, run_scenarios
 
 # The runner's own stack, apart from a developer's (25432...) and the tests' (25442...).
 RUNNER_ENV = {
@@ -51,14 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "list":
         for name, scenario in SCENARIOS.items():
-            print(f"{scenario.number}  {name}")
+            print(f"{scenario.number}  {name}{'  (cluster: HDFS and the Spark cluster)' * scenario.cluster}")
         print("bad inputs: tests/integration/test_bad_inputs.py (one table, its own connector)")
         return 0
-    names = list(SCENARIOS) if args.scenario == "all" else [n.strip() for n in args.scenario.split(",")]
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown:
-        parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)} or all")
-    names = [n for n in SCENARIOS if n in names]  # the order the scenarios need
+    try:
+        names = scenario_names(args.scenario)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.repeat < 1 or args.parallel < 1:
         parser.error("--repeat and --parallel must be at least 1")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +74,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenarios on the runner's own fresh stack, then stop it")
-    run.add_argument("--scenario", default="all", help=f"all, or a comma-separated subset of {', '.join(SCENARIOS)}")
+    run.add_argument(
+        "--scenario",
+        default="all",
+        help=f"all, local (the first eight), cluster (9-11), or a comma-separated subset of {', '.join(SCENARIOS)}",
+    )
     run.add_argument("--repeat", type=int, default=1, help="repetitions, each on a fresh stack")
     run.add_argument("--out", type=Path, default=Path("test-artifacts/faults"), help="folder for JSON and Markdown")
     run.add_argument(
@@ -93,6 +96,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def scenario_names(selection: str) -> list[str]:
+    """The scenarios ``--scenario`` names (``all``, a group, or names, comma-separated), in run order."""
+    wanted: set[str] = set()
+    for part in (p.strip() for p in selection.split(",")):
+        if part == "all":
+            wanted |= set(SCENARIOS)
+        elif part in GROUPS:
+            wanted |= set(GROUPS[part])
+        elif part in SCENARIOS:
+            wanted.add(part)
+        else:
+            raise ValueError(f"unknown scenario {part!r}; choose from {', '.join(SCENARIOS)}, local, cluster or all")
+    return [name for name in SCENARIOS if name in wanted]  # the order the scenarios need
+
+
 def _log(message: str) -> None:
     print(f"[faults {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -108,18 +126,24 @@ def _run_here(names: list[str], repetitions: range, out: Path, stamp: str) -> in
     def save() -> None:
         save_results(out, stamp, results, machine=machine_info())
 
+    # the cluster's scenarios after the others, on a fresh stack that also runs HDFS and the Spark cluster
+    groups = [[n for n in names if SCENARIOS[n].cluster == cluster] for cluster in (False, True)]
     for repetition in repetitions:
-        runner = FaultRunner(StackConfig(), log=_log)
-        try:
-            runner.start()
-            run_scenarios(runner, names, repetition, on_result=lambda r: (results.append(r), save()))
-        except Exception as exc:
-            results.append(
-                ScenarioResult("stack", "stack", repetition=repetition, error=f"{type(exc).__name__}: {exc}")
-            )
-        finally:
-            save()
-            runner.stop()
+        for group, cluster in zip(groups, (False, True), strict=True):
+            if not group:
+                continue
+            runner = FaultRunner(StackConfig(), log=_log, cluster=cluster)
+            try:
+                runner.start()
+                run_scenarios(runner, group, repetition, on_result=lambda r: (results.append(r), save()))
+            except Exception as exc:
+                stack = "cluster stack" if cluster else "stack"
+                results.append(
+                    ScenarioResult(stack, stack, repetition=repetition, error=f"{type(exc).__name__}: {exc}")
+                )
+            finally:
+                save()
+                runner.stop()
     save()
     print(matrix(results) + "\n" + markdown(results))
     print(f"results: {out / (stamp + '.json')}")

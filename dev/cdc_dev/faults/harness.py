@@ -9,6 +9,8 @@ DAG run must find nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import threading
 import time
 from collections import Counter
@@ -22,7 +24,7 @@ from cdc_reconcile import run_state, state_store
 from cdc_reconcile.phase import Phase
 
 from ..loader import run_loader
-from ..stack import Stack, StackConfig, StackError
+from ..stack import Stack, StackConfig, StackError, cluster_session_conf
 from ..stack.dag_runs import DagRunResult, run_dag
 from ..stack.process import wait_until
 from .checks import (
@@ -39,6 +41,7 @@ from .checks import (
     topic_offsets,
     uncommitted_files,
 )
+from .hdfs_lake import HdfsLake
 from .result import ScenarioResult, compare
 
 GROUP = "reconcile_table"
@@ -48,9 +51,12 @@ T = TypeVar("T")
 class FaultRunner:
     """One embedded stack, scenarios run on it one after the other; always stopped by :meth:`stop`."""
 
-    def __init__(self, config: StackConfig | None = None, *, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, config: StackConfig | None = None, *, log: Callable[[str], None] = print, cluster: bool = False
+    ) -> None:
         self.config = config or StackConfig()
-        self.stack = Stack(self.config, airflow=False)
+        self.cluster = cluster
+        self.stack = Stack(self.config, airflow=False, cluster=cluster)
         self.log = log
         self.registered = False
         self.last_clean_run: str | None = None
@@ -58,8 +64,12 @@ class FaultRunner:
     # lifecycle
 
     def start(self) -> None:
-        """A fresh stack from empty data, connector not yet registered (a scenario may kill its snapshot)."""
-        self.log(f"stack: fresh start under {self.config.run_dir}")
+        """A fresh stack from empty data, connector not yet registered (a scenario may kill its snapshot).
+
+        With ``cluster``, HDFS and the Spark standalone cluster too: the DAG's Spark tasks then submit to
+        ``spark://`` (client mode) and the lake is on ``hdfs://`` (:meth:`dag_environment`).
+        """
+        self.log(f"stack: fresh start under {self.config.run_dir}{' with HDFS and the Spark cluster' * self.cluster}")
         self.stack.down(destroy=True)
         self.stack.up(register=False)
         self.registered = False
@@ -84,12 +94,41 @@ class FaultRunner:
     def topic(self) -> str:
         return self.config.topic_for(TABLE)
 
+    @property
+    def lake_location(self) -> str:
+        """The DAG's lake root: the stack's local lake, or a folder of its HDFS on the cluster."""
+        return f"{self.config.hdfs_lake_uri}/faults" if self.cluster else str(self.config.lake_root)
+
+    def dag_environment(self) -> dict[str, str]:
+        """What a DAG run on the cluster is given, as a deployment would: the lake root, the ``spark_default``
+        connection naming the master, and the Spark configuration folder (``spark-defaults.conf``)."""
+        if not self.cluster:
+            return {}
+        conf_dir = self.config.run_dir / "spark-conf"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        defaults = cluster_session_conf(self.config)
+        (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in defaults.items()))
+        spark_default = {
+            "conn_type": "spark",
+            "host": self.config.spark_master_url,
+            "extra": {"spark-binary": "spark-submit", "deploy-mode": "client"},
+        }
+        return {
+            "AIRFLOW_VAR_CDC_LAKE_ROOT": self.lake_location,
+            # Great Expectations' file stores need a local path (issue 15: not yet on the lake filesystem)
+            "AIRFLOW_VAR_CDC_GX_ROOT": str(self.config.run_dir / "great_expectations-cluster"),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_default),
+            "SPARK_CONF_DIR": str(conf_dir),
+        }
+
     def pg(self) -> psycopg.Connection:
         return psycopg.connect(self.config.pg_dsn, autocommit=True)
 
     def dag(self, label: str, **params: Any) -> DagRunResult:
         self.log(f"  DAG run {label} {params or ''}")
-        result = run_dag(self.config, {"tables": [TABLE], **params}, label=f"faults-{label}")
+        result = run_dag(
+            self.config, {"tables": [TABLE], **params}, label=f"faults-{label}", extra_env=self.dag_environment()
+        )
         self.log(f"  DAG run {result.run_id}: {result.state} in {result.seconds:.0f}s")
         return result
 
@@ -281,7 +320,7 @@ class FaultRunner:
     def check_lake(self, result: ScenarioResult) -> None:
         """Count committed source rows the lake lacks and lake rows that differ (the worst seen so far)."""
         source = source_rows(self.config.pg_dsn)
-        lake = lake_rows(self.config.lake_root) or {}
+        lake = lake_rows(self.lake_location) or {}
         lost = sum(1 for k in source if k not in lake)
         mismatched = sum(1 for k in lake if k not in source or lake[k] != source[k])
         result.rows_lost = max(result.rows_lost or 0, lost)
@@ -307,7 +346,7 @@ class FaultRunner:
         Matched on the job's path and this stack's lake root in the command line, so a Spark job of
         another stack on the same machine is never touched.
         """
-        script, lake = f"cdc_reconcile/jobs/{job}.py".encode(), str(self.config.lake_root).encode()
+        script, lake = f"cdc_reconcile/jobs/{job}.py".encode(), self.lake_location.encode()
         found = []
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
@@ -320,12 +359,38 @@ class FaultRunner:
                 found.append(int(proc.name))
         return found
 
-    def stages(self) -> list[Path]:
-        """Data files of the table's datasets that no Delta commit names: a write in progress, or killed."""
+    def stages(self) -> list[str]:
+        """Data files of the table's datasets that no Delta commit names: a write in progress, or killed.
+
+        Paths relative to the table's lake folder; on the cluster listed through WebHDFS.
+        """
+        if self.cluster:
+            return self._hdfs_lake.uncommitted_files(TABLE)
         base = self.config.lake_root / TABLE
         if not base.is_dir():
             return []
-        return [f for dataset in sorted(p for p in base.iterdir() if p.is_dir()) for f in uncommitted_files(dataset)]
+        datasets = sorted(p for p in base.iterdir() if p.is_dir())
+        return [str(f.relative_to(base)) for dataset in datasets for f in uncommitted_files(dataset)]
+
+    @functools.cached_property
+    def _hdfs_lake(self) -> HdfsLake:
+        return HdfsLake(self.config, self.lake_location)
+
+    def wait_writing(self, dag: threading.Thread, job: str) -> tuple[list[int], list[str]]:
+        """``job``'s processes (:meth:`spark_job_pids`) once it has data files no commit names yet.
+
+        Files no commit names that were there before (earlier runs' left-overs) do not count: call this
+        as the DAG run starts, before ``job`` does.
+        """
+        before = set(self.stages())
+
+        def writing() -> tuple[list[int], list[str]] | None:
+            pids = self.spark_job_pids(job)
+            stages = [s for s in self.stages() if s not in before] if pids else []
+            return (pids, stages) if stages else None
+
+        interval = 0.2 if self.cluster else 0.05  # a WebHDFS listing is a few dozen requests
+        return self.wait_during(dag, writing, what=f"{job} was caught writing", timeout=1200, interval=interval)
 
     def events_match_kafka(self, run_id: str) -> dict[str, int]:
         """The run's bronze events against Kafka: each committed record of the range exactly once.
@@ -334,7 +399,7 @@ class FaultRunner:
         task, or a record lost by it, shows up.
         """
         start, end = self.range_of(run_id)
-        positions = event_positions(self.config.lake_root / TABLE / "events")
+        positions = event_positions(f"{self.lake_location}/{TABLE}/events")
         in_range = [(p, o) for p, o in positions if start.get(p, 0) <= o < end.get(p, 0)]
         expected = {
             (r.partition, r.offset)

@@ -1,4 +1,5 @@
-"""The eight fault scenarios, one module each, and :func:`run_scenarios`, which runs them in order."""
+"""The fault scenarios, one module each (the cluster's three in ``cluster_faults``), and
+:func:`run_scenarios`, which runs them in order on one runner's stack."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..harness import FaultRunner
 from ..result import ScenarioResult
 from .aborted_eos_on import aborted_eos_on
 from .broker_restart import broker_restart
+from .cluster_faults import datanode_kill, master_restart, worker_kill
 from .lost_events import lost_events
 from .redelivery_eos_off import redelivery_eos_off
 from .replication_kill import replication_kill
@@ -23,9 +25,11 @@ from .task_rerun import task_rerun
 class Scenario(NamedTuple):
     number: int
     run: Callable[[FaultRunner], ScenarioResult]
+    cluster: bool = False  # runs on a stack with HDFS and the Spark cluster (``FaultRunner(cluster=True)``)
 
 
-# Run order of ``all``: the initial-snapshot kill needs the fresh stack; the task re-run needs a clean run.
+# Run order (the cluster's after the others, on a stack of their own): the initial-snapshot kill needs
+# the fresh stack; the task re-run needs a clean run.
 SCENARIOS: dict[str, Scenario] = {
     "snapshot_kill": Scenario(2, snapshot_kill),
     "lost_events": Scenario(5, lost_events),
@@ -35,6 +39,14 @@ SCENARIOS: dict[str, Scenario] = {
     "broker_restart": Scenario(8, broker_restart),
     "replication_kill": Scenario(1, replication_kill),
     "aborted_eos_on": Scenario(4, aborted_eos_on),
+    "worker_kill": Scenario(9, worker_kill, cluster=True),
+    "datanode_kill": Scenario(10, datanode_kill, cluster=True),
+    "master_restart": Scenario(11, master_restart, cluster=True),
+}
+# ``--scenario`` groups besides single names and ``all``
+GROUPS = {
+    "local": [name for name, s in SCENARIOS.items() if not s.cluster],
+    "cluster": [name for name, s in SCENARIOS.items() if s.cluster],
 }
 
 
@@ -53,6 +65,8 @@ def run_scenarios(
         began = time.monotonic()
         runner.log(f"scenario {name} (repetition {repetition})")
         try:
+            if SCENARIOS[name].cluster != runner.cluster:
+                raise ValueError(f"scenario {name} needs a runner with cluster={SCENARIOS[name].cluster}")
             if name != "snapshot_kill" and runner.last_clean_run is None:
                 baseline = runner.ensure_baseline()
                 if baseline is not None:
@@ -72,4 +86,4 @@ def run_scenarios(
     return results
 
 
-__all__ = ["SCENARIOS", "Scenario", "run_scenarios"]
+__all__ = ["GROUPS", "SCENARIOS", "Scenario", "run_scenarios"]

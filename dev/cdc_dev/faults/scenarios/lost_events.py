@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from cdc_reconcile import run_state, state_store
+from cdc_reconcile.phase import Phase
+
 from ..checks import TABLE
 from ..harness import FaultRunner
 from ..result import ScenarioResult
@@ -32,5 +35,17 @@ def lost_events(runner: FaultRunner) -> ScenarioResult:
         finally:
             conn.execute(f"ALTER PUBLICATION {publication} ADD TABLE {TABLE}")
     result.injected = {"lost_inserts": 4, "lost_updates": len(stale), "lost_deletes": len(extra)}
-    runner.measure(result, independent_of=runner.independent_from(start_state, start_offsets))
+    first = runner.measure(result, independent_of=runner.independent_from(start_state, start_offsets))
+    # the events never reached Kafka: every difference arose between the source and the topic
+    lost = sum(result.injected.values())
+    found = (runner.outcome(first.run_id, Phase.BEFORE_REPAIR) or {}).get("counts", {})
+    arose = {stage: found.get(f"stage {stage}", 0) for stage in ("source->topic", "topic->lake", "lake")}
+    with state_store.connect(runner.config.state_dsn) as conn:
+        audited = run_state.audit_stages(conn, first.run_id, TABLE)
+    audit_arose = {stage for kind in ("missing", "extra", "stale") for stage in audited.get(kind, {})}
+    result.checks = {
+        "suite: every difference arose source->topic": arose == {"source->topic": lost, "topic->lake": 0, "lake": 0},
+        "audit: every repair arose source->topic": audit_arose == {"source->topic"},
+    }
+    result.notes.append(f"suite's stages {arose}; audit by kind and stage {audited}")
     return result

@@ -9,7 +9,6 @@ import contextlib
 import os
 import signal
 import threading
-from pathlib import Path
 from typing import Any
 
 from ...stack.process import wait_until
@@ -50,20 +49,13 @@ def spark_kill(runner: FaultRunner) -> ScenarioResult:
 
 def kill_spark_job_mid_write(runner: FaultRunner, job: str, dag: threading.Thread) -> dict[str, Any]:
     """``kill -9`` ``job`` once it has written data files no commit names yet; returns what was killed where."""
-
-    def writing() -> tuple[list[int], list[Path]] | None:
-        pids = runner.spark_job_pids(job)
-        stages = runner.stages() if pids else []
-        return (pids, stages) if stages else None
-
-    pids, stages = runner.wait_during(dag, writing, what=f"{job} was caught writing", timeout=1200, interval=0.05)
+    pids, stages = runner.wait_writing(dag, job)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not set(pids) & set(runner.spark_job_pids(job)), timeout=30, what=f"{job} gone", interval=0.5)
-    written = [str(p.relative_to(runner.config.lake_root)) for p in stages]
-    runner.log(f"  killed {job} (pids {pids}) while writing {written}")
-    return {"pids": pids, "writing": written}
+    runner.log(f"  killed {job} (pids {pids}) while writing {stages}")
+    return {"pids": pids, "writing": stages}
 
 
 def redeliver(runner: FaultRunner, count: int) -> int:
