@@ -65,15 +65,18 @@ def row_hash(df: DataFrame, columns: Sequence[str]) -> Column:
     return F.sha2(F.concat(*(encoded(names.column(c), types[c]) for c in columns)), 256)
 
 
-def visible_changes(changelog: DataFrame, snapshot: PgSnapshot) -> DataFrame:
-    """Changelog rows the snapshot saw: visible transactions, snapshot reads, and earlier repairs.
+def seen_in_snapshot(changes: DataFrame, snapshot: PgSnapshot) -> Column:
+    """Whether the snapshot saw a change (changelog or events row): its transaction is visible, or it is a
+    snapshot read. The commit time (``source_ts_ms``) places a streamed 32-bit xid of an earlier epoch,
+    see :func:`visible_in_snapshot`."""
+    commit_ms = "source_ts_ms" if "source_ts_ms" in changes.columns else None
+    return F.coalesce(visible_in_snapshot("source_txid", snapshot, "op", commit_ms), F.lit(False))
 
-    The commit time (``source_ts_ms``) places a streamed 32-bit xid of an earlier epoch, see
-    :func:`visible_in_snapshot`."""
-    commit_ms = "source_ts_ms" if "source_ts_ms" in changelog.columns else None
-    seen = visible_in_snapshot("source_txid", snapshot, "op", commit_ms)
+
+def visible_changes(changelog: DataFrame, snapshot: PgSnapshot) -> DataFrame:
+    """Changelog rows the snapshot saw (:func:`seen_in_snapshot`), and earlier repairs."""
     return without_redeliveries(changelog).filter(
-        F.coalesce(seen, F.lit(False)) | (F.col("origin") == ORIGIN_RECONCILE)
+        seen_in_snapshot(changelog, snapshot) | (F.col("origin") == ORIGIN_RECONCILE)
     )
 
 
@@ -102,10 +105,19 @@ def conform(df: DataFrame, reference: DataFrame, columns: Sequence[str]) -> Data
     return df.select(*(names.column(c).cast(types[c]).alias(c) for c in columns))
 
 
-def diff_rows(lake: DataFrame, source: DataFrame, key: Sequence[str], columns: Sequence[str]) -> DataFrame:
-    """One row per differing key: key columns, ``kind``, ``lake_hash``, ``source_hash``."""
-    lake_side = conform(lake, source, columns)
-    source_side = source.select(*names.columns(columns))
+def diff_rows(
+    lake: DataFrame,
+    source: DataFrame,
+    key: Sequence[str],
+    columns: Sequence[str],
+    *,
+    reference: DataFrame | None = None,
+) -> DataFrame:
+    """One row per differing key: key columns, ``kind``, ``lake_hash``, ``source_hash``.
+
+    Both sides are hashed in ``reference``'s types (default: the source's own)."""
+    lake_side = conform(lake, reference if reference is not None else source, columns)
+    source_side = source.select(*names.columns(columns)) if reference is None else conform(source, reference, columns)
     left = lake_side.select(*names.columns(key), row_hash(lake_side, columns).alias("lake_hash"))
     right = source_side.select(*names.columns(key), row_hash(source_side, columns).alias("source_hash"))
     joined = left.join(right, list(key), "full_outer")
@@ -135,6 +147,7 @@ class DiffReport:
     counts: dict[str, int] = field(default_factory=dict)
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     duplicate_keys: int = 0
+    stages: dict[str, int] = field(default_factory=dict)  # differences by where they arose (``attribution``)
 
     @property
     def differences(self) -> int:
@@ -151,6 +164,7 @@ class DiffReport:
             "counts": self.counts,
             "samples": self.samples,
             "duplicate_keys": self.duplicate_keys,
+            "stages": self.stages,
             "clean": self.clean,
         }
 
@@ -159,8 +173,12 @@ def summarise(
     diff: DataFrame, lake: DataFrame, source: DataFrame, key: Sequence[str], *, sample_size: int = 5
 ) -> DiffReport:
     """Counts by kind with the first ``sample_size`` keys of each kind, in a fixed number of actions."""
-    counts = {MISSING: 0, EXTRA: 0, STALE: 0}
-    counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
+    counts, stages = {MISSING: 0, EXTRA: 0, STALE: 0}, {}
+    by = ["kind", "stage"] if "stage" in diff.columns else ["kind"]
+    for row in diff.groupBy(*by).count().collect():
+        counts[row["kind"]] += row["count"]
+        if "stage" in by and row["stage"] is not None:
+            stages[row["stage"]] = stages.get(row["stage"], 0) + row["count"]
     first_keys = Window.partitionBy("kind").orderBy(*names.columns(key))
     picked = diff.withColumn("_n", F.row_number().over(first_keys)).filter(F.col("_n") <= sample_size)
     samples: dict[str, list[dict[str, Any]]] = {}
@@ -172,4 +190,5 @@ def summarise(
         counts=counts,
         samples=samples,
         duplicate_keys=duplicate_keys(lake, key).count(),
+        stages=stages,
     )

@@ -19,6 +19,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from . import names
+from .attribution import SOURCE_TO_TOPIC
 from .compaction import (
     ORIGIN_DEBEZIUM,
     ORIGIN_RECONCILE,
@@ -180,12 +181,15 @@ def audit_rows(
     table_name: str,
     dry_run: bool,
 ) -> DataFrame:
-    """One row per repaired key (missing, extra, stale) and per duplicate event (by class)."""
+    """One row per repaired key (missing, extra, stale) and per duplicate event (by class), each with
+    the ``stage`` where it arose: a difference's from :mod:`attribution`; a duplicate's ``source->topic``
+    (the connector delivered it twice)."""
     repaired = diff.select(
         _key_json(key).alias("key"),
         "kind",
         F.col("lake_hash").alias("before_hash"),
         F.col("source_hash").alias("after_hash"),
+        (F.col("stage") if "stage" in diff.columns else F.lit(None).cast("string")).alias("stage"),
     )
     if duplicates is not None:
         dupes = duplicates.filter(F.col("duplicate_class").isin(REDELIVERY, SNAPSHOT_RERUN)).select(
@@ -193,6 +197,7 @@ def audit_rows(
             F.col("duplicate_class").alias("kind"),
             F.lit(None).cast("string").alias("before_hash"),
             F.lit(None).cast("string").alias("after_hash"),
+            F.lit(SOURCE_TO_TOPIC).alias("stage"),
         )
         repaired = repaired.unionByName(dupes)
     return repaired.select(
@@ -203,4 +208,5 @@ def audit_rows(
         "before_hash",
         "after_hash",
         F.lit(dry_run).alias("dry_run"),
+        "stage",
     )

@@ -587,17 +587,59 @@ class TableRun:
             history=inputs.history,
         )
 
+    def _topic_changes(self) -> DataFrame:
+        """The range's change records as Kafka holds them (the bronze ``events``), keys typed (:mod:`attribution`)."""
+        from .attribution import topic_changes
+
+        events = run_partition(self.spark, self.lake.events, self.run_id)
+        if events is None:
+            raise PipelineError(f"{self.table.name}: no events for run {self.run_id!r}; run compact_cdc first")
+        spec = {k: self._inputs.snapshot.spec[k] for k in self.table.key}
+        return topic_changes(events, self.table.name, self.table.key, spec, self.settings.decode_options)
+
+    def _differences(self, as_of: DataFrame, changelog: DataFrame) -> DataFrame:
+        """Per differing key: ``kind`` and the ``stage`` where it arose (:mod:`attribution`), persisted.
+
+        The lake as of the snapshot against the snapshot, and the published table against the lake as
+        of the snapshot (stage ``lake``). Only a run with differences reads its events again.
+        """
+        from pyspark.sql import functions as F
+
+        from .attribution import attribute, changed_after_snapshot, lake_drift, reset_lsn, topic_words
+        from .diff import diff_rows
+
+        inputs, key, columns = self._inputs, self.table.key, list(self._inputs.snapshot.spec)
+        visibility = inputs.snapshot.visibility
+        found = kept(diff_rows(as_of, inputs.source, key, columns))
+        if found.limit(1).count():
+            changes = kept(self._topic_changes())
+            words = topic_words(changes, visibility, key)
+            diff = attribute(found, as_of, inputs.previous, words, key, reset=reset_lsn(changes, visibility))
+        else:
+            changes, diff = None, found.withColumn("stage", F.lit(None).cast("string"))
+        published = run_table(self.spark, self.lake, self.run_id)
+        later = None if published is None else changed_after_snapshot(changelog, visibility, key)
+        if later is not None:
+            drift = lake_drift(published, as_of, inputs.source, key, columns, changed_after=later, differing=found)
+            diff = diff.unionByName(drift)
+        diff = kept(diff)
+        diff.count()
+        found.unpersist()
+        if changes is not None:
+            changes.unpersist()
+        return diff
+
     def check(self, *, with_repairs: bool = True) -> tuple[DiffReport, DataFrame]:
         """The point-in-time diff: the lake as of the run's snapshot against the snapshot.
 
         Returns the report and the persisted per-key diff (the caller unpersists it).
         """
-        from .diff import diff_rows, summarise
+        from .diff import summarise
 
         inputs = self._inputs
         changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=with_repairs)
         as_of = kept(self._as_of(changelog))
-        diff = kept(diff_rows(as_of, inputs.source, self.table.key, list(inputs.snapshot.spec)))
+        diff = self._differences(as_of, changelog)
         report = summarise(diff, as_of, inputs.source, self.table.key)
         as_of.unpersist()
         return report, diff
@@ -607,12 +649,14 @@ class TableRun:
         from pyspark.sql import functions as F
 
         from . import names
+        from .attribution import STAGES, stage_count
         from .compaction import CDC_COLUMNS, TRUNCATE_KEY, duplicate_counts
-        from .diff import EXTRA, MISSING, STALE, diff_rows
+        from .diff import EXTRA, MISSING, STALE
         from .suite import (
             CHANGE_IDENTITY,
             DIFFERENCE_COLUMNS,
             DUPLICATE_COLUMNS,
+            STAGE_COLUMNS,
             lake_keys_dataset,
             quarantine_dataset,
             run_suite,
@@ -626,12 +670,14 @@ class TableRun:
         table = run_table(self.spark, self.lake, self.run_id)
         if table is None:
             raise PipelineError(f"{self.table.name}: no lake table for run {self.run_id!r}; run compact_cdc first")
-        as_of = kept(self._as_of(run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)))
-        diff = kept(diff_rows(as_of, inputs.source, key, list(spec)))
+        changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)
+        as_of = kept(self._as_of(changelog))
+        diff = self._differences(as_of, changelog)
         key_text = F.to_json(F.struct(*names.columns(key)))
         differences = diff.select(
             *names.columns(key),
             *(F.when(F.col("kind") == kind, key_text).alias(column) for kind, column in DIFFERENCE_COLUMNS.items()),
+            *(F.when(F.col("stage") == stage, key_text).alias(column) for stage, column in STAGE_COLUMNS.items()),
         )
         range_changelog = run_partition(self.spark, self.lake.changelog, self.run_id)
         changes = range_changelog.select(
@@ -641,8 +687,10 @@ class TableRun:
                 for cause, column in DUPLICATE_COLUMNS.items()
             ),
         )
-        counts = {MISSING: 0, EXTRA: 0, STALE: 0}
-        counts.update({r["kind"]: r["count"] for r in diff.groupBy("kind").count().collect()})
+        counts = {MISSING: 0, EXTRA: 0, STALE: 0, **{stage_count(stage): 0 for stage in STAGES}}
+        for row in diff.groupBy("kind", "stage").count().collect():
+            counts[row["kind"]] += row["count"]
+            counts[stage_count(row["stage"])] += row["count"]
         counts.update(duplicate_counts(range_changelog))
         counts["snapshot_rows"] = inputs.source.count()
         unrepresentable = inputs.snapshot.metadata.get("unrepresentable") or {}

@@ -59,12 +59,21 @@ def replace_repair_audit(conn: psycopg.Connection, run_id: str, table: str, rows
                 "DELETE FROM cdc_reconcile.repair_audit WHERE run_id = %s AND table_name = %s", (run_id, table)
             )
             with conn.cursor().copy(
-                "COPY cdc_reconcile.repair_audit (run_id, table_name, key, kind, before_hash, after_hash, dry_run) "
-                "FROM STDIN"
+                "COPY cdc_reconcile.repair_audit (run_id, table_name, key, kind, before_hash, after_hash, dry_run, "
+                "stage) FROM STDIN"
             ) as copy:
                 for row in rows:
                     copy.write_row(
-                        (run_id, table, row["key"], row["kind"], row["before_hash"], row["after_hash"], row["dry_run"])
+                        (
+                            run_id,
+                            table,
+                            row["key"],
+                            row["kind"],
+                            row["before_hash"],
+                            row["after_hash"],
+                            row["dry_run"],
+                            row.get("stage"),
+                        )
                     )
                     written += 1
     except psycopg.errors.UndefinedTable as exc:
@@ -84,6 +93,23 @@ def audit_counts(conn: psycopg.Connection, run_id: str, table: str) -> dict[str,
     except psycopg.errors.UndefinedTable as exc:
         raise state_schema_missing(exc) from exc
     return {kind: count for kind, count in rows}
+
+
+def audit_stages(conn: psycopg.Connection, run_id: str, table: str) -> dict[str, dict[str, int]]:
+    """Audit rows of the run by kind, then by the stage where each arose (``attribution``)."""
+    try:
+        with conn.transaction():
+            rows = conn.execute(
+                "SELECT kind, coalesce(stage, 'unknown'), count(*) FROM cdc_reconcile.repair_audit "
+                "WHERE run_id = %s AND table_name = %s GROUP BY 1, 2 ORDER BY 1, 2",
+                (run_id, table),
+            ).fetchall()
+    except psycopg.errors.UndefinedTable as exc:
+        raise state_schema_missing(exc) from exc
+    found: dict[str, dict[str, int]] = {}
+    for kind, stage, count in rows:
+        found.setdefault(kind, {})[stage] = count
+    return found
 
 
 def record_pruned(conn: psycopg.Connection, runs: Iterable[str], table: str) -> None:

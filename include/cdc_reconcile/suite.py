@@ -13,7 +13,9 @@ Seven datasets of one run are validated, each by its own suite:
   expectation per cause (a ``<cause>_key`` column holds the key of each duplicate, so the unexpected
   values are sample keys), and the change identity ``(key, op, txId, lsn)`` unique;
 * ``differences``: the keys whose rows differ by typed row hash, one column per kind, so each kind is
-  one expectation whose unexpected values are sample keys (missing, extra, stale rows = 0);
+  one expectation whose unexpected values are sample keys (missing, extra, stale rows = 0), and one
+  column per stage where the differences arose (:mod:`attribution`: ``source->topic``,
+  ``topic->lake``, ``lake``), each an expectation of its own, so the Data Docs name the stage;
 * ``source_values``: one row per source value that its lake type cannot hold (a numeric NaN or
   Infinity, too many digits), named by its column. Debezium and the snapshot both turn such a value
   into null, so the diff cannot see it; the snapshot counts them in PostgreSQL (expected: none);
@@ -62,6 +64,13 @@ LAKE_KEY_COLUMN = "key"
 QUARANTINED_COLUMN = "quarantined_record"
 INCOMPLETE_TRANSACTION_COLUMN = "incomplete_transaction"
 DIFFERENCE_COLUMNS = {"missing": "missing_key", "extra": "extra_key", "stale": "stale_key"}
+# where a difference arose (``attribution.STAGES``) -> its column in the ``differences`` dataset
+STAGE_COLUMNS = {"source->topic": "source_to_topic_key", "topic->lake": "topic_to_lake_key", "lake": "in_lake_key"}
+STAGE_CHECKS = {
+    "source->topic": "attribution: no difference arose between the source and the topic",
+    "topic->lake": "attribution: no difference arose between the topic and the lake",
+    "lake": "attribution: the published table equals the lake as of the snapshot",
+}
 DUPLICATE_COLUMNS = {"redelivery": "redelivery_key", "snapshot_rerun": "snapshot_rerun_key"}
 CHANGE_IDENTITY = ["key", "op", "source_txid", "source_lsn"]
 SAMPLE_SIZE = 5
@@ -136,8 +145,14 @@ def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
             ),
         ],
         "differences": [
-            ge.ExpectColumnValuesToBeNull(column=column, meta={"check": f"row-level equality: no {kind} rows"})
-            for kind, column in DIFFERENCE_COLUMNS.items()
+            *(
+                ge.ExpectColumnValuesToBeNull(column=column, meta={"check": f"row-level equality: no {kind} rows"})
+                for kind, column in DIFFERENCE_COLUMNS.items()
+            ),
+            *(
+                ge.ExpectColumnValuesToBeNull(column=column, meta={"check": STAGE_CHECKS[stage]})
+                for stage, column in STAGE_COLUMNS.items()
+            ),
         ],
         "source_values": [
             ge.ExpectColumnValuesToBeNull(

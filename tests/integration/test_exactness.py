@@ -5,7 +5,9 @@ Three tables of their own, captured by a connector of their own (the demo tables
 
 * ``public.exact_names``: a compound key and columns whose names hold a dot and a space;
 * ``public.exact_hashes``: arrays and texts whose old text-form hash collided;
-* ``public.exact_poison``: a table whose topic also receives a malformed record and an unknown op.
+* ``public.exact_poison``: a table whose topic also receives a malformed record and an unknown op;
+* ``public.exact_stages``: a table whose lake loses a change compaction had and is written by another
+  writer, to tell where each difference arose.
 
 Every expectation is checked against PostgreSQL read directly, not through the pipeline.
 """
@@ -45,13 +47,15 @@ NAMES = "public.exact_names"
 HASHES = "public.exact_hashes"
 POISON = "public.exact_poison"
 NULLABLE = "public.exact_nullable"
+STAGED = "public.exact_stages"
 CREATE = (
     'CREATE TABLE public.exact_names ("order.id" bigint, "line no" integer, "unit price" numeric(10, 2), '
     '"note text" text, "tags.list" text[], PRIMARY KEY ("order.id", "line no"))',
     "CREATE TABLE public.exact_hashes (id bigint PRIMARY KEY, tags text[], first text, second text)",
     "CREATE TABLE public.exact_poison (id bigint PRIMARY KEY, label text)",
+    "CREATE TABLE public.exact_stages (id bigint PRIMARY KEY, label text)",
 )
-CAPTURED = (NAMES, HASHES, POISON)
+CAPTURED = (NAMES, HASHES, POISON, STAGED)
 
 
 def watermark_topic() -> str:
@@ -239,3 +243,47 @@ def test_quarantined_records_fail_the_suite_and_are_named_in_the_alert(spark, co
     )
     assert alert["found"] == {"quarantined": 2}
     assert "found: quarantined 2" in alert["text"] and "no quarantined records: 2 unexpected" in alert["text"]
+
+
+@pytest.mark.slow  # three runs (~5 minutes): `-m slow`; the DAG test of lost events checks source->topic in CI
+def test_a_change_the_lake_lost_and_rows_another_writer_changed_are_named_by_their_stage(
+    spark, config, pg, exact_connector, tmp_path
+):
+    """Issue 14 item 16: the lake's own faults are not blamed on the source.
+
+    A change that reached Kafka but that the lake lost is ``topic->lake``; rows another writer changed
+    in the published table after the run's commit are ``lake`` (the check of the fold alone passed
+    them); both are repaired, and the table then equals PostgreSQL read directly.
+    """
+    table = TableConfig(name=STAGED, key=("id",), topic_prefix=PREFIX)
+    table_lake = TableLake(tmp_path, STAGED)
+    pg.execute("INSERT INTO public.exact_stages SELECT g, 'row ' || g FROM generate_series(1, 20) g")
+    _, report, _ = run_once(spark, config, table, tmp_path, "stages-1", watermark_topic=watermark_topic())
+    assert report.clean, report.as_dict()
+
+    pg.execute("UPDATE public.exact_stages SET label = 'updated' WHERE id IN (1, 2)")
+    run = table_run(spark, config, table, tmp_path, "stages-2")
+    run.open()
+    run.snapshot(partitions=2)
+    run.seal(timeout=180, watermark_topic=watermark_topic())
+    run.compact()
+    # the run's changelog loses the two updates after compaction: Kafka and the events still hold them
+    spark.sql(f"DELETE FROM delta.`{table_lake.changelog}` WHERE id IN (1, 2) AND op = 'u'")
+    report, diff = run.check()
+    diff.unpersist()
+    assert (report.counts, report.stages) == ({MISSING: 0, STALE: 2, EXTRA: 0}, {"topic->lake": 2}), report.as_dict()
+    run.reconcile()
+    assert run.check()[0].clean
+
+    # another writer removes one row and changes another in the published table
+    spark.sql(f"DELETE FROM delta.`{table_lake.table}` WHERE id = 3")
+    spark.sql(f"UPDATE delta.`{table_lake.table}` SET label = 'tampered' WHERE id = 4")
+    _, report, _ = run_once(spark, config, table, tmp_path, "stages-3", watermark_topic=watermark_topic())
+    assert (report.counts, report.stages) == ({MISSING: 1, STALE: 1, EXTRA: 0}, {"lake": 2}), report.as_dict()
+    third = table_run(spark, config, table, tmp_path, "stages-3")
+    assert third.reconcile()["repair_events"] == 2
+    audit = {(json.loads(r["key"])["id"], r["kind"], r["stage"]) for r in delta_rows(table_lake.audit)}
+    assert {(1, STALE, "topic->lake"), (2, STALE, "topic->lake"), (3, MISSING, "lake"), (4, STALE, "lake")} <= audit
+    assert third.check()[0].clean
+    lake = {r["id"]: r["label"] for r in delta_rows(table_lake.table)}
+    assert lake == dict(pg.execute("SELECT id, label FROM public.exact_stages").fetchall())

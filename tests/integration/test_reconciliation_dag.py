@@ -326,14 +326,24 @@ def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_a
     assert task(result, "publish_lake_table") in ("upstream_failed", "skipped")
     counts = outcome(config, result.run_id, Phase.BEFORE_REPAIR)["counts"]
     assert (counts["missing"], counts["stale"], counts["extra"]) == (4, 3, 2), counts
+    # the changes never reached Kafka: each difference arose between the source and the topic
+    arose = {stage: counts[f"stage {stage}"] for stage in ("source->topic", "topic->lake", "lake")}
+    assert arose == {"source->topic": 9, "topic->lake": 0, "lake": 0}, counts
     with state_store.connect(config.state_dsn) as conn:
         assert run_state.audit_counts(conn, result.run_id, TABLE) == {"extra": 2, "missing": 4, "stale": 3}
+        assert run_state.audit_stages(conn, result.run_id, TABLE) == {
+            "extra": {"source->topic": 2},
+            "missing": {"source->topic": 4},
+            "stale": {"source->topic": 3},
+        }
 
     new = alerts.received[already:]
     assert len(new) == 1, new
     alert = new[0]
     assert alert["severity"] == "critical"
     assert alert["found"] == {"missing": 4, "extra": 2, "stale": 3}
+    assert alert["arose"] == {"source->topic": 9}
+    assert "where the differences arose: source->topic 9" in alert["text"]
     assert alert["repaired"] == {}
     assert "dry run" in alert["title"]
     assert "no missing rows: 4 unexpected" in alert["text"]

@@ -41,7 +41,10 @@ TABLE_SCHEMA = ", ".join(
 CHANGELOG_SCHEMA = (
     "key string, op string, source_txid long, source_lsn long, redelivery_key string, snapshot_rerun_key string"
 )
-DIFF_SCHEMA = "order_id long, line_no int, missing_key string, extra_key string, stale_key string"
+DIFF_SCHEMA = (
+    "order_id long, line_no int, missing_key string, extra_key string, stale_key string, "
+    "source_to_topic_key string, topic_to_lake_key string, in_lake_key string"
+)
 QUARANTINE_SCHEMA = "topic string, partition int, offset long, key string, raw_value string, reason string"
 CHECKED_SCHEMA = "txid long, first_lsn long, end_lsn long, expected long, arrived long, status string"
 
@@ -59,7 +62,7 @@ def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None,
         "lake_table": table,
         "lake_keys": lake_keys_dataset(table, KEY),
         "changelog": spark.createDataFrame(changelog_rows, CHANGELOG_SCHEMA),
-        "differences": spark.createDataFrame(diff_rows, DIFF_SCHEMA),
+        "differences": spark.createDataFrame([(*r, *[None] * (8 - len(r))) for r in diff_rows], DIFF_SCHEMA),
         "source_values": source_values_dataset(spark, unrepresentable or {}),
         "transactions": transactions_dataset(spark, transactions),
         "quarantine": quarantine_dataset(spark, quarantine),
@@ -109,7 +112,7 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root, d
     outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=3)
     assert outcome.success, describe(outcome)
     assert {c["dataset"] for c in outcome.checks} == set(DATASETS) == set(data)
-    assert len(outcome.checks) == 14
+    assert len(outcome.checks) == 17
     index = data_docs_index(gx_root / "gx-project")
     assert index.is_file()
     assert external_resources(index.read_text()) == [], "the suite points the Data Docs at the assets folder"
@@ -126,9 +129,9 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
             ('{"order_id":2,"line_no":1}', "r", 90, 900, None, '{"order_id":2,"line_no":1}'),
         ],
         [
-            (3, 1, '{"order_id":3,"line_no":1}', None, None),
-            (4, 1, '{"order_id":4,"line_no":1}', None, None),
-            (2, 1, None, None, '{"order_id":2,"line_no":1}'),
+            (3, 1, '{"order_id":3,"line_no":1}', None, None, '{"order_id":3,"line_no":1}'),
+            (4, 1, '{"order_id":4,"line_no":1}', None, None, '{"order_id":4,"line_no":1}'),
+            (2, 1, None, None, '{"order_id":2,"line_no":1}', None, '{"order_id":2,"line_no":1}'),
         ],
         unrepresentable={"unit_price": 2, "discount": 1},
     )
@@ -143,8 +146,12 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
         ("changelog", "event uniqueness: change identity"),
         ("differences", "row-level equality: no missing rows"),
         ("differences", "row-level equality: no stale rows"),
+        ("differences", "attribution: no difference arose between the source and the topic"),
+        ("differences", "attribution: no difference arose between the topic and the lake"),
         ("source_values", "every source value fits its lake type"),
     }
+    arose = failed[("differences", "attribution: no difference arose between the topic and the lake")]
+    assert (arose["unexpected_count"], arose["samples"]) == (1, ['{"order_id":2,"line_no":1}'])
     unfit = failed[("source_values", "every source value fits its lake type")]
     assert unfit["unexpected_count"] == 3 and set(unfit["samples"]) == {"unit_price", "discount"}
     assert failed[("lake_as_of", "row-count parity as of the snapshot")]["observed_value"] == 3

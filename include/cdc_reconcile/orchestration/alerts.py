@@ -44,6 +44,7 @@ CLASSES = ("redelivery", "snapshot_rerun", "missing", "extra", "stale", "quarant
 SLACK, HTTP, SMTP = "slackwebhook", "http", "smtp"
 WEBHOOK_TIMEOUT = 15
 SAMPLE_KEYS = 3
+STAGE_PREFIX = "stage "  # ``attribution.stage_count``
 
 
 def ui_url(dag_id: str, run_id: str, task_id: str | None = None, map_index: int | None = None) -> str:
@@ -91,6 +92,12 @@ def alert_message(
     report = report_link(outcome.get("data_docs"), outcome.get("table"))
     table = outcome.get("table", "?")
     found = {k: int(v) for k, v in (outcome.get("found") or {}).items() if k in CLASSES and v}
+    # where the differences arose (``attribution``): the suite's counts ``stage <stage>``
+    arose = {
+        k.removeprefix(STAGE_PREFIX): int(v)
+        for k, v in (outcome.get("found") or {}).items()
+        if k.startswith(STAGE_PREFIX) and v
+    }
     repaired = {k: int(v) for k, v in (outcome.get("repaired") or {}).items() if v}
     if severity == WARNING:
         title = f"[WARNING] {dag_id} {table}: the suite failed and repair fixed it"
@@ -101,6 +108,8 @@ def alert_message(
     lines = [title, f"run: {run_id}"]
     if found:
         lines.append("found: " + ", ".join(f"{k} {v}" for k, v in found.items()))
+    if arose:
+        lines.append("where the differences arose: " + ", ".join(f"{k} {v}" for k, v in arose.items()))
     if repaired:
         lines.append("repaired: " + ", ".join(f"{k} {v}" for k, v in repaired.items()))
     for phase in Phase:
@@ -125,6 +134,7 @@ def alert_message(
         "task_id": task_id,
         "table": outcome.get("table"),
         "found": found,
+        "arose": arose,
         "repaired": repaired,
         "sample_keys": sample_keys(outcome),
         "run_url": run_url,
@@ -198,6 +208,7 @@ def slack_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
         "Table": _slack_escape(message.get("table") or "-"),
         "Run": f"<{message['run_url']}|{run}>" if message.get("run_url") else run,
         "Found": _counts(message["found"]),
+        "Arose": _counts(message.get("arose") or {}),
         "Repaired": _counts(message["repaired"]),
     }
     details = _clip(_slack_escape(message["text"]), 2990)
@@ -221,6 +232,7 @@ def email_html(message: Mapping[str, Any]) -> str:
         "Table": esc(message.get("table") or "-"),
         "Run": f'<a href="{esc(message["run_url"])}">{run}</a>' if message.get("run_url") else run,
         "Found": esc(_counts(message["found"])),
+        "Arose": esc(_counts(message.get("arose") or {})),
         "Repaired": esc(_counts(message["repaired"])),
     }
     table = "".join(f"<tr><th align='left'>{k}</th><td>{v}</td></tr>" for k, v in rows.items())

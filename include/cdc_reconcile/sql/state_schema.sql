@@ -137,3 +137,5 @@ CREATE TABLE IF NOT EXISTS cdc_reconcile.repair_audit (
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS repair_audit_run ON cdc_reconcile.repair_audit (run_id, table_name);
+-- where the repaired difference arose: source->topic, topic->lake or lake (null: audited before this column)
+ALTER TABLE cdc_reconcile.repair_audit ADD COLUMN IF NOT EXISTS stage text;
