@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from . import names
@@ -43,7 +43,7 @@ from .compaction import (
 )
 from .debezium.decoding import tag_decode_errors
 from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, TableSpec
-from .diff import diff_rows, seen_in_snapshot
+from .diff import EXTRA, MISSING, STALE, conform, encoded, seen_in_snapshot
 from .visibility import PgSnapshot
 
 SOURCE_TO_TOPIC = "source->topic"
@@ -123,19 +123,26 @@ def attribute(
     key: Sequence[str],
     *,
     reset: int | None = None,
+    few: bool = True,
 ) -> DataFrame:
     """``diff`` with ``stage``: ``source->topic`` where the lake holds the topic's last word, else ``topic->lake``.
 
     ``previous``: the table the run folded onto (its word stands for keys the range never mentions);
-    ``reset``: :func:`reset_lsn`.
+    ``reset``: :func:`reset_lsn`. The tables are cut to the differing keys first, sent to every task
+    when they are ``few``, so a handful of differences does not shuffle the whole table.
     """
     keys = list(key)
     keyed = [names.column(k) for k in key]
+    wanted = diff.select(*keyed)
+    wanted = F.broadcast(wanted) if few else wanted
     identity = F.struct(*(F.col(c).alias(i) for c, i in zip(_LAKE_IDENTITY, _IDENTITY, strict=True)))
-    lake = as_of.select(*keyed, identity.alias("_lake"))
-    rows = diff.join(lake, keys, "left").join(words, keys, "left")
+
+    def of_wanted(df: DataFrame, name: str) -> DataFrame:
+        return df.join(wanted, keys, "left_semi").select(*keyed, identity.alias(name))
+
+    rows = diff.join(of_wanted(as_of, "_lake"), keys, "left").join(words.join(wanted, keys, "left_semi"), keys, "left")
     if previous is not None:
-        rows = rows.join(previous.select(*keyed, identity.alias("_previous")), keys, "left")
+        rows = rows.join(of_wanted(previous, "_previous"), keys, "left")
     else:
         rows = rows.withColumn("_previous", F.lit(None).cast(rows.schema["_lake"].dataType))
     gone = F.lit(False) if reset is None else F.col("word.source_lsn") < F.lit(reset)
@@ -174,13 +181,38 @@ def lake_drift(
     snapshot, other than keys changed after it (``changed_after``) or already ``differing`` from the source.
 
     Kinds as :func:`diff.diff_rows` gives them against the lake as of the snapshot, which equals the
-    source on these keys: ``missing`` (the published table lacks the row), ``extra``, ``stale``; both
-    sides are hashed in the source's types.
+    source on these keys: ``missing`` (the published table lacks the row), ``extra``, ``stale``. The
+    two tables are compared value by value in the source's types (no hash over every row: this check
+    reads the whole table every run); only the differing rows are hashed, for the audit.
     """
     keys = list(key)
-    drift = diff_rows(published, as_of, key, columns, reference=source)
-    return (
-        drift.join(changed_after, keys, "left_anti")
-        .join(differing.select(*names.columns(key)), keys, "left_anti")
-        .withColumn("stage", F.lit(IN_LAKE))
+    keyed = names.columns(key)
+    types = {f.name: f.dataType for f in source.schema.fields}
+
+    def image(df: DataFrame, name: str) -> DataFrame:
+        row = conform(df, source, columns)
+        return row.select(*keyed, F.struct(*names.columns(columns)).alias(name))
+
+    def hashed(name: str) -> Column:
+        text = F.concat(*(encoded(F.col(name).getField(c), types[c]) for c in columns))
+        return F.when(F.col(name).isNotNull(), F.sha2(text, 256))
+
+    joined = image(published, "_published").join(image(as_of, "_as_of"), keys, "full_outer")
+    kind = (
+        F.when(F.col("_published").isNull(), F.lit(MISSING))
+        .when(F.col("_as_of").isNull(), F.lit(EXTRA))
+        .when(~F.col("_published").eqNullSafe(F.col("_as_of")), F.lit(STALE))
+    )
+    drift = (
+        joined.withColumn("kind", kind)
+        .filter(F.col("kind").isNotNull())
+        .join(changed_after, keys, "left_anti")
+        .join(differing.select(*keyed), keys, "left_anti")
+    )
+    return drift.select(
+        *keyed,
+        "kind",
+        hashed("_published").alias("lake_hash"),
+        hashed("_as_of").alias("source_hash"),
+        F.lit(IN_LAKE).alias("stage"),
     )

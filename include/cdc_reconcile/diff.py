@@ -105,19 +105,10 @@ def conform(df: DataFrame, reference: DataFrame, columns: Sequence[str]) -> Data
     return df.select(*(names.column(c).cast(types[c]).alias(c) for c in columns))
 
 
-def diff_rows(
-    lake: DataFrame,
-    source: DataFrame,
-    key: Sequence[str],
-    columns: Sequence[str],
-    *,
-    reference: DataFrame | None = None,
-) -> DataFrame:
-    """One row per differing key: key columns, ``kind``, ``lake_hash``, ``source_hash``.
-
-    Both sides are hashed in ``reference``'s types (default: the source's own)."""
-    lake_side = conform(lake, reference if reference is not None else source, columns)
-    source_side = source.select(*names.columns(columns)) if reference is None else conform(source, reference, columns)
+def diff_rows(lake: DataFrame, source: DataFrame, key: Sequence[str], columns: Sequence[str]) -> DataFrame:
+    """One row per differing key: key columns, ``kind``, ``lake_hash``, ``source_hash``."""
+    lake_side = conform(lake, source, columns)
+    source_side = source.select(*names.columns(columns))
     left = lake_side.select(*names.columns(key), row_hash(lake_side, columns).alias("lake_hash"))
     right = source_side.select(*names.columns(key), row_hash(source_side, columns).alias("source_hash"))
     joined = left.join(right, list(key), "full_outer")

@@ -106,6 +106,10 @@ class RunSettings:
         return value
 
 
+# differences whose keys every task of the attribution gets a copy of (see ``attribution.attribute``)
+FEW_DIFFERENCES = 200_000
+
+
 @dataclass
 class _Inputs:
     """What the diff-based steps read, loaded once: the snapshot, its rows, the previous table, history."""
@@ -611,10 +615,12 @@ class TableRun:
         inputs, key, columns = self._inputs, self.table.key, list(self._inputs.snapshot.spec)
         visibility = inputs.snapshot.visibility
         found = kept(diff_rows(as_of, inputs.source, key, columns))
-        if found.limit(1).count():
+        differing = found.count()
+        if differing:
             changes = kept(self._topic_changes())
             words = topic_words(changes, visibility, key)
-            diff = attribute(found, as_of, inputs.previous, words, key, reset=reset_lsn(changes, visibility))
+            reset = reset_lsn(changes, visibility)
+            diff = attribute(found, as_of, inputs.previous, words, key, reset=reset, few=differing <= FEW_DIFFERENCES)
         else:
             changes, diff = None, found.withColumn("stage", F.lit(None).cast("string"))
         published = run_table(self.spark, self.lake, self.run_id)
