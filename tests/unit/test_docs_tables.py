@@ -71,7 +71,11 @@ def checkout(tmp_path: Path) -> Path:
     (tmp_path / "docs" / "results" / "fault-matrix.json").write_text(json.dumps(FAULTS))
     (tmp_path / "docs" / "results" / "bench.json").write_text(json.dumps(BENCH))
     (tmp_path / "docs" / "results" / "bench-delta.json").write_text(json.dumps(BENCH))
-    (tmp_path / "docs" / "fault-matrix.md").write_text(document("fault-matrix", "| stale | table |\n"))
+    (tmp_path / "docs" / "results" / "fault-matrix-cluster.json").write_text(json.dumps(FAULTS))
+    cluster_block = f"{docs_tables.begin_marker('fault-matrix-cluster')}\n{docs_tables.END_MARKER}"
+    (tmp_path / "docs" / "fault-matrix.md").write_text(
+        document("fault-matrix", "| stale | table |\n") + f"\n{cluster_block}\n"
+    )
     delta_block = f"{docs_tables.begin_marker('performance-delta')}\n{docs_tables.END_MARKER}"
     (tmp_path / "docs" / "performance.md").write_text(document("performance", "") + f"\n{delta_block}\n")
     return tmp_path
@@ -82,9 +86,9 @@ def test_the_tables_replace_only_what_is_between_the_markers(checkout: Path):
 
     faults = (checkout / "docs" / "fault-matrix.md").read_text()
     before, rest = faults.split(docs_tables.begin_marker("fault-matrix") + "\n")
-    table, after = rest.split(docs_tables.END_MARKER)
+    table, after = rest.split(docs_tables.END_MARKER, 1)
     assert before == "# Title\n\nProse before.\n\n"
-    assert after == "\n\nProse after.\n"
+    assert after.startswith("\n\nProse after.\n\n" + docs_tables.begin_marker("fault-matrix-cluster"))
     assert "| stale | table |" not in table
     rows = table.strip().splitlines()
     assert len(rows) == 3  # header, rule, one line for the scenario's three repetitions
