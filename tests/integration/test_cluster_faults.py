@@ -16,10 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from cdc_dev.faults.harness import FaultRunner
-from cdc_dev.stack import StackConfig
 from cdc_dev.stack.config import REPO_ROOT
 
-from .test_faults import FAULTS_TEST_ENV, assert_outcome, run
+from .test_faults import FAULTS_TEST_ENV, assert_outcome, run, runner_in
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,21 +39,7 @@ CLUSTER_FAULTS_TEST_ENV = {
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[FaultRunner]:
-    saved = {key: os.environ.get(key) for key in CLUSTER_FAULTS_TEST_ENV}
-    os.environ.update(CLUSTER_FAULTS_TEST_ENV)
-    fault_runner = FaultRunner(StackConfig(), cluster=True)
-    try:
-        fault_runner.start()
-        yield fault_runner
-    finally:
-        try:
-            fault_runner.stop()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    yield from runner_in(CLUSTER_FAULTS_TEST_ENV, cluster=True)
 
 
 def test_a_spark_worker_killed_while_compaction_writes(runner, artifacts):

@@ -43,9 +43,14 @@ FAULTS_TEST_ENV = {
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[FaultRunner]:
-    saved = {key: os.environ.get(key) for key in FAULTS_TEST_ENV}
-    os.environ.update(FAULTS_TEST_ENV)
-    fault_runner = FaultRunner(StackConfig())
+    yield from runner_in(FAULTS_TEST_ENV)
+
+
+def runner_in(env: dict[str, str], *, cluster: bool = False) -> Iterator[FaultRunner]:
+    """A fault runner on a fresh stack in ``env`` (ports, run folder), stopped and ``env`` undone after."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    fault_runner = FaultRunner(StackConfig(), cluster=cluster)
     try:
         fault_runner.start()
         yield fault_runner
