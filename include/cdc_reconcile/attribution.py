@@ -5,7 +5,7 @@ that is. Three points are compared as of the run's snapshot:
 
 * the **topic**: the range's records as Kafka holds them (the bronze ``events``, one row per record,
   not the changelog that compaction derived from them), each key's last distinct change the snapshot
-  saw (a redelivered copy counts at its first offset); a key the range never mentions keeps the word
+  saw (a redelivered copy counts where it was first emitted); a key the range never mentions keeps the word
   of the previous table, which the previous run verified; a truncate or a complete snapshot round
   after a key's last change says the key is gone;
 * the **lake as of the snapshot**: its row's change identity (``_cdc_op``, ``_cdc_txid``, ``_cdc_lsn``);
@@ -35,9 +35,11 @@ from .compaction import (
     ORIGIN_RECONCILE,
     TRUNCATE,
     change_events,
+    copy_order,
     key_columns,
     of_table,
     table_image_event,
+    with_first_emitted,
     without_raw_values,
     without_redeliveries,
 )
@@ -79,6 +81,8 @@ def topic_changes(
         "source_lsn",
         "source_ts_ms",
         "source_snapshot",
+        "ts_ms",
+        "ts_us",
     )
 
 
@@ -91,8 +95,12 @@ def topic_words(changes: DataFrame, snapshot: PgSnapshot, key: Sequence[str]) ->
     """
     keyed = [names.column(k) for k in key]
     seen = changes.filter(seen_in_snapshot(changes, snapshot) & (F.col("op") != TRUNCATE))
-    first_copy = Window.partitionBy(*keyed, *_IDENTITY).orderBy("partition", "offset")
-    distinct = seen.withColumn("_copy", F.row_number().over(first_copy)).filter(F.col("_copy") == 1)
+    first_copy = Window.partitionBy(*keyed, *_IDENTITY).orderBy(*copy_order())
+    distinct = (
+        with_first_emitted(seen, [*keyed, *_IDENTITY])
+        .withColumn("_copy", F.row_number().over(first_copy))
+        .filter(F.col("_copy") == 1)
+    )
     segment = F.min("source_lsn").over(Window.partitionBy(*keyed, "partition"))
     last = Window.partitionBy(*keyed).orderBy(F.col("_segment").desc(), F.col("offset").desc())
     return (

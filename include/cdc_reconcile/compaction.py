@@ -43,6 +43,7 @@ INCREMENTAL_SNAPSHOT = "incremental"
 # source.snapshot of a round's final record: the table's last (several tables), or the snapshot's last
 COMPLETING_MARKS = ("last_in_data_collection", "last")
 ORIGIN_RECONCILE = "reconcile"
+FIRST_EMITTED = "_first_emitted"
 IDENTITY = ("key", "op", "source_txid", "source_lsn")
 # lake-table metadata column -> the changelog column it keeps
 CDC_FIELDS = {
@@ -134,8 +135,9 @@ def mark_duplicates(events: DataFrame, history: DataFrame | None = None, state: 
         ]
         past = history.select(*kept).withColumn("_new", F.lit(False))
         current = current.unionByName(past, allowMissingColumns=True)
-    first_seen = Window.partitionBy(*IDENTITY).orderBy("partition", "offset")
-    ranked = current.withColumn("_copy", F.row_number().over(first_seen))
+    # an earlier range's copy came first, whatever its partition
+    first_seen = Window.partitionBy(*IDENTITY).orderBy(F.col("_new").asc(), *copy_order())
+    ranked = with_first_emitted(current, IDENTITY).withColumn("_copy", F.row_number().over(first_seen))
     is_snapshot = F.col("op") == "r"
     before = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
     previous_round = F.last(
@@ -165,10 +167,33 @@ def mark_duplicates(events: DataFrame, history: DataFrame | None = None, state: 
         .when(rerun, F.lit(SNAPSHOT_RERUN))
         .otherwise(F.lit(None).cast("string")),
     )
-    dropped = ["_new", "_copy", "_previous_round", "_done"]
+    dropped = ["_new", "_copy", "_previous_round", "_done", FIRST_EMITTED]
     if state is not None:
         dropped += ["_state_key", "last_lsn", "last_read_txid", "last_read_lsn"]
     return classified.filter("_new").drop(*dropped)
+
+
+def with_first_emitted(events: DataFrame, identity: Sequence[str | Column]) -> DataFrame:
+    """Add ``_first_emitted``: when Debezium emitted the first copy of the change in the row's partition.
+
+    Offsets order a change's copies within one partition, but not across partitions: after partitions
+    are added, a connector restart redelivers a key's changes to its new partition, which may have a
+    lower number than the original's. A redelivered copy is made anew by the restarted connector, so
+    its envelope ``ts_ms`` (``ts_us``) is later than the original's; only each partition's first copy
+    is dated, so a clock that moved back never reorders copies within a partition. Null where the
+    events carry no envelope time (the copies then fall back to partition and offset order).
+    """
+    times = [F.col(c) for c in ("ts_us",) if c in events.columns]
+    times += [F.col(c) * 1000 for c in ("ts_ms",) if c in events.columns]
+    emitted = F.coalesce(*times) if times else F.lit(None).cast("long")
+    in_partition = Window.partitionBy(*identity, "partition").orderBy("offset")
+    # clustered by the identity alone, the window over the change's copies needs no second shuffle
+    return events.repartition(*identity).withColumn(FIRST_EMITTED, F.first(emitted).over(in_partition))
+
+
+def copy_order() -> list[Column]:
+    """The order of a change's copies (:func:`with_first_emitted`): first emitted, then partition and offset."""
+    return [F.col(FIRST_EMITTED).asc_nulls_last(), F.col("partition"), F.col("offset")]
 
 
 def without_redeliveries(changes: DataFrame) -> DataFrame:

@@ -8,7 +8,10 @@ inserts and deletes rows. The run over the range that spans the change must find
 and the lake must equal PostgreSQL read directly. A plain consumer shows that the range holds keys
 whose changes sit in two partitions: without them the test would prove nothing. Then the topic grows
 to 7 after a run opened its range and before its snapshot: the seal takes the new partitions in, so
-that run too finds nothing to repair.
+that run too finds nothing to repair. Last, a connector restart that redelivers changes made before
+partitions were added: its copies go to the keys' new partitions, some lower-numbered than the
+originals, behind the keys' newer changes there; the run names the copies, not the originals, as the
+redeliveries and finds nothing to repair.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from cdc_dev.stack import Stack, StackConfig
+from cdc_dev.stack.topics import Record, emit_again, read_topic
 from cdc_reconcile.config import TableConfig, load_config
-from cdc_reconcile.lake import TableLake
+from cdc_reconcile.lake import TableLake, version_name
 from tests.support.kafka import consumer_end_offsets, read_range
+from tests.support.lake import delta_rows
 from tests.support.lake import rows_by_key as lake_by_key
 from tests.support.source import rows_by_key as source_by_key
 from tests.support.writer import Writer
@@ -145,3 +150,66 @@ def test_partitions_added_between_runs_and_inside_a_run_under_load_leave_nothing
     _, report, _ = run_once(spark, config, partitioned_table, tmp_path, "parts-4", watermark_topic=watermark)
     assert report.clean, report.as_dict()
     assert lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS) == source_by_key(pg, TABLE, COLUMNS)
+
+
+REDELIVERED = 40  # keys 1..40: the restart's copies
+
+
+def labelled(bootstrap: str, prefix: str) -> dict[int, Record] | None:
+    """Per key, its change record whose new label starts with ``prefix``, once all of keys 1..40 have one."""
+    found = {}
+    for record in read_topic(bootstrap, TOPIC):
+        after = (record.payload or {}).get("after") or {}
+        if str(after.get("label", "")).startswith(prefix):
+            found[after["id"]] = record
+    return found if len(found) == REDELIVERED else None
+
+
+def other_keys_change(pg: psycopg.Connection, n: int) -> None:
+    """Updates of keys above 40 only, so the redelivered keys change only when the test says."""
+    pg.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id = %s", (REDELIVERED + 1 + n % (ROWS - REDELIVERED),))
+
+
+def test_a_restart_redelivering_into_lower_numbered_partitions_after_the_topic_grew_repairs_nothing(
+    spark, config, pg, partitioned_table, tmp_path
+):
+    bootstrap = config.bootstrap_servers
+    rows = f"SELECT g, 'row ' || g, g % 5 FROM generate_series(1, {ROWS}) g"
+    pg.execute(f"INSERT INTO {TABLE} {rows} ON CONFLICT (id) DO NOTHING")
+    watermark = f"{PREFIX}.{load_config().watermark_table}"
+    _, report, first = run_once(spark, config, partitioned_table, tmp_path, "moved-1", watermark_topic=watermark)
+    assert report.clean, report.as_dict()
+    grown = len(first.end) + 2
+
+    pg.execute(f"UPDATE {TABLE} SET label = 'before ' || id WHERE id <= {REDELIVERED}")
+    before = eventually(
+        lambda: labelled(bootstrap, "before "), timeout=120, what="the changes before the growth", interval=2
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(TOPIC, grown)])[TOPIC].result(timeout=60)
+    with Writer(config.pg_dsn, other_keys_change):
+        eventually(
+            lambda: any(end > 0 for p, end in consumer_end_offsets(bootstrap, TOPIC).items() if p >= grown - 2),
+            timeout=120,
+            what="the connector writing to the added partitions",
+        )
+    pg.execute(f"UPDATE {TABLE} SET label = 'after ' || id WHERE id <= {REDELIVERED}")
+    after = eventually(
+        lambda: labelled(bootstrap, "after "), timeout=120, what="the changes after the growth", interval=2
+    )
+    lower = [key for key in before if after[key].partition < before[key].partition]
+    assert lower, "no redelivered key moved to a lower-numbered partition: the test proves nothing"
+    copies = emit_again(bootstrap, TOPIC, [(before[key], after[key].partition) for key in sorted(before)])
+
+    _, report, _ = run_once(spark, config, partitioned_table, tmp_path, "moved-2", watermark_topic=watermark)
+    assert report.clean, (lower, report.as_dict())
+    changelog = delta_rows(
+        TableLake(tmp_path, TABLE).changelog,
+        run=version_name("moved-2"),
+        columns=["partition", "offset", "duplicate_class"],
+    )
+    named = {(row["partition"], row["offset"]) for row in changelog if row["duplicate_class"] == "redelivery"}
+    assert named == set(copies), (sorted(named), sorted(copies))
+    lake = lake_by_key(TableLake(tmp_path, TABLE).table, COLUMNS)
+    assert lake == source_by_key(pg, TABLE, COLUMNS)
+    assert all(lake[key][0] == f"after {key}" for key in lower), {key: lake[key] for key in lower}

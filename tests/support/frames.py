@@ -45,10 +45,12 @@ def item_event(
     snapshot: str = "false",
     partition: int = 0,
     commit_ms: int = 1,
+    emitted_ms: int = 2,
 ) -> RawRecord:
     """One Kafka record of an ``items`` change; ``op=None`` is the tombstone after a delete.
 
-    ``commit_ms``: the transaction's commit time, Debezium's ``source.ts_ms``."""
+    ``commit_ms``: the transaction's commit time, Debezium's ``source.ts_ms``; ``emitted_ms``: when the
+    connector made the record, the envelope's ``ts_ms``."""
     if op is None:
         value = None
     else:
@@ -71,7 +73,7 @@ def item_event(
                     "xmin": None,
                 },
                 "op": op,
-                "ts_ms": 2,
+                "ts_ms": emitted_ms,
             }
         ).encode()
     return (ITEMS_TOPIC, partition, offset, json.dumps({"id": key}).encode(), value)
@@ -98,3 +100,18 @@ def typed_changelog(marked: DataFrame, spec: Mapping[str, str], key: Sequence[st
     """
     changelog, quarantined = changelog_rows(decode_changes(marked, spec, key), key)
     return changelog.localCheckpoint(), quarantined
+
+
+def redelivered_to_a_lower_partition() -> list[RawRecord]:
+    """Key 1 in partition 2; the topic grows and the key's next change goes to partition 1; then the
+    connector restarts and redelivers from its update at offset 8 onwards, to partition 1."""
+    z = {"id": 1, "name": "z", "qty": 1}
+    a = {"id": 1, "name": "a", "qty": 2}
+    b = {"id": 1, "name": "b", "qty": 3}
+    return [
+        item_event(7, "c", 1, z, txid=101, lsn=1001, partition=2, emitted_ms=10),
+        item_event(8, "u", 1, a, z, txid=102, lsn=1002, partition=2, emitted_ms=20),
+        item_event(3, "u", 1, b, a, txid=103, lsn=1003, partition=1, emitted_ms=30),
+        item_event(4, "u", 1, a, z, txid=102, lsn=1002, partition=1, emitted_ms=40),
+        item_event(5, "u", 1, b, a, txid=103, lsn=1003, partition=1, emitted_ms=41),
+    ]

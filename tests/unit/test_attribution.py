@@ -33,6 +33,7 @@ from tests.support.frames import (
     item_truncate,
     items,
     raw_records,
+    redelivered_to_a_lower_partition,
     typed_changelog,
 )
 
@@ -148,3 +149,12 @@ def test_a_truncate_after_the_snapshot_leaves_no_key_to_compare(spark):
 
 def test_every_stage_has_its_expectation_column():
     assert set(STAGE_COLUMNS) == set(STAGES)
+
+
+def test_a_redelivery_to_a_lower_numbered_partition_is_not_the_topics_last_word(spark):
+    changes = topic_changes(bronze(spark, redelivered_to_a_lower_partition()), "public.items", ITEMS_KEY, KEY_SPEC)
+    words = topic_words(changes, PgSnapshot(1100, 1110, ()), ITEMS_KEY)
+    assertDataFrameEqual(
+        words.select("id", "word.op", "word.source_txid", "word.source_lsn"),
+        [Row(id=1, op="u", source_txid=103, source_lsn=1003)],
+    )

@@ -34,6 +34,7 @@ from tests.support.frames import (
     item_truncate,
     items,
     raw_records,
+    redelivered_to_a_lower_partition,
     typed_changelog,
 )
 
@@ -375,6 +376,33 @@ def test_changes_after_partitions_were_added_win_over_the_previous_table_at_larg
     ]
     result, _ = fold(spark, later, previous=previous)
     assertDataFrameEqual(state(result), items(spark, [(1, "a2", 2), (2, "b", 1)]))
+
+
+def test_a_redelivery_to_a_lower_numbered_partition_is_the_copy_emitted_later(spark):
+    # by partition and offset alone, partition 1's copy of the update at LSN 1002 came first: the original
+    # in partition 2 was named the duplicate and the copy, after offset 3's later change, won the fold
+    result, marked = fold(spark, redelivered_to_a_lower_partition())
+    assertDataFrameEqual(state(result), items(spark, [(1, "b", 3)]))
+    assertDataFrameEqual(
+        marked.filter(F.col("duplicate_class").isNotNull()).select("partition", "offset", "duplicate_class"),
+        [Row(partition=1, offset=o, duplicate_class=REDELIVERY) for o in (4, 5)],
+    )
+
+
+def test_copies_in_one_partition_keep_offset_order_whatever_their_envelope_times(spark):
+    # a restarted connector on a host whose clock is behind: the redelivered copy at offset 9 is dated
+    # earlier than its original at offset 1, and is still the duplicate
+    rows = [
+        item_event(1, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001, emitted_ms=50),
+        item_event(2, "u", 1, {"id": 1, "name": "b", "qty": 2}, txid=102, lsn=1002, emitted_ms=51),
+        item_event(9, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001, emitted_ms=5),
+    ]
+    result, marked = fold(spark, rows)
+    assertDataFrameEqual(state(result), items(spark, [(1, "b", 2)]))
+    assertDataFrameEqual(
+        marked.filter(F.col("duplicate_class").isNotNull()).select("offset"),
+        [Row(offset=9)],
+    )
 
 
 def test_a_key_that_moved_partitions_inside_the_range_folds_in_lsn_order_of_its_runs(spark):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,3 +145,40 @@ def write_again(bootstrap: str, topic: str, count: int) -> int:
     if producer.flush(60):
         raise RuntimeError(f"writing {count} records to {topic} again: not all acknowledged within 60s")
     return len(records)
+
+
+def emit_again(bootstrap: str, topic: str, placed: Sequence[tuple[Record, int]]) -> list[tuple[int, int]]:
+    """Write each record again to the partition given with it, its envelope dated now.
+
+    What a connector restarted from an older offset does after partitions were added: it makes the
+    events again (so ``ts_ms``/``ts_us``/``ts_ns`` are new) and routes each by the key's hash over the
+    topic's partitions as they are now, which may be another partition than the original's. Returns
+    where the copies landed, (partition, offset) each.
+    """
+    landed: list[tuple[int, int]] = []
+    failed: list[str] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is not None:
+            failed.append(str(error))
+        else:
+            landed.append((message.partition(), message.offset()))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
+    for record, partition in placed:
+        value = json.loads(json.dumps(record.value))
+        envelope = unwrap(value)
+        now_ns = time.time_ns()
+        for field, divisor in (("ts_ms", 1_000_000), ("ts_us", 1_000), ("ts_ns", 1)):
+            if field in envelope:
+                envelope[field] = now_ns // divisor
+        producer.produce(
+            topic,
+            key=json.dumps(record.key).encode(),
+            value=json.dumps(value).encode(),
+            partition=partition,
+            on_delivery=delivered,
+        )
+    if producer.flush(60) or failed:
+        raise RuntimeError(f"writing {len(placed)} records to {topic} again: not all acknowledged ({failed})")
+    return landed
