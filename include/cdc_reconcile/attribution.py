@@ -33,6 +33,7 @@ from . import names
 from .compaction import (
     COMPLETING_MARKS,
     ORIGIN_RECONCILE,
+    SEGMENT,
     TRUNCATE,
     change_events,
     copy_order,
@@ -40,6 +41,7 @@ from .compaction import (
     of_table,
     table_image_event,
     with_first_emitted,
+    with_key_segments,
     without_raw_values,
     without_redeliveries,
 )
@@ -91,7 +93,7 @@ def topic_words(changes: DataFrame, snapshot: PgSnapshot, key: Sequence[str]) ->
 
     ``changes``: the range's change records from the bronze ``events`` with typed key columns. A key's
     changes stay in one partition until partitions are added; across partitions the first LSN of each
-    partition's run orders them (as ``compaction.key_segment`` does for the fold).
+    run of the key's changes in one partition orders them (``compaction.with_key_segments``, as for the fold).
     """
     keyed = [names.column(k) for k in key]
     seen = changes.filter(seen_in_snapshot(changes, snapshot) & (F.col("op") != TRUNCATE))
@@ -101,10 +103,9 @@ def topic_words(changes: DataFrame, snapshot: PgSnapshot, key: Sequence[str]) ->
         .withColumn("_copy", F.row_number().over(first_copy))
         .filter(F.col("_copy") == 1)
     )
-    segment = F.min("source_lsn").over(Window.partitionBy(*keyed, "partition"))
-    last = Window.partitionBy(*keyed).orderBy(F.col("_segment").desc(), F.col("offset").desc())
+    last = Window.partitionBy(*keyed).orderBy(F.col(SEGMENT).desc(), F.col("offset").desc())
     return (
-        distinct.withColumn("_segment", segment)
+        with_key_segments(distinct.withColumn("duplicate_class", F.lit(None).cast("string")), keyed)
         .withColumn("_n", F.row_number().over(last))
         .filter(F.col("_n") == 1)
         .select(*keyed, F.struct(*(F.col(c) for c in _IDENTITY)).alias("word"))

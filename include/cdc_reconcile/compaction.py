@@ -60,7 +60,7 @@ CDC_COLUMNS = tuple(CDC_FIELDS)
 FOLD_PHASE = "_phase"
 PREVIOUS_PHASE = 0
 RANGE_PHASE = 1
-# a changelog column: the first LSN of the key's changes in the row's partition (see ``key_segment``)
+# a changelog column: the first LSN of the run of the key's changes the row belongs to (``with_key_segments``)
 SEGMENT = "segment"
 
 
@@ -253,19 +253,32 @@ def with_raw_values(quarantined: DataFrame, events: DataFrame) -> DataFrame:
     return F.broadcast(quarantined.drop("raw_value")).join(raw, position, "inner").select(*QUARANTINE_COLUMNS)
 
 
-def key_segment() -> Column:
-    """Per Kafka key and partition, the first LSN of the key's changes there (redeliveries aside).
+def with_key_segments(changes: DataFrame, by: Sequence[str | Column] = ("key",)) -> DataFrame:
+    """Add ``segment``: the first LSN of the run of the key's changes, in one partition, the row belongs to.
 
     Debezium's producer sends a key to ``hash(key) % partitions``, so a key's changes stay in one
-    partition until partitions are added; its later changes go to another partition, where offsets
-    start small again. Offsets order a key's changes only within a partition. Its changes in one
-    partition are contiguous in time (a key moves once per added partition count), and PostgreSQL
-    writes each change of a row after the previous one committed, so the first LSN of each
-    partition's run orders the runs: :func:`fold_order` sorts by segment before offset.
+    partition until partitions are added; then its later changes go to another partition, where
+    offsets start small again, and after another growth possibly back to one it used before (3 -> 5
+    -> 7 partitions: partition 0, then 3, then 0 again). Offsets order a key's changes only within one
+    uninterrupted run in a partition. PostgreSQL writes a row's change only after the previous one
+    committed, so in LSN order a key's changes switch partitions exactly where the producer re-routed
+    the key: a run starts where a change's partition differs from that of the key's change before it,
+    and the runs' first LSNs order them (:func:`fold_order` sorts by segment, then offset).
+    Redelivered copies stay out of the runs (they sit where their original's partition may not be);
+    they take the segment of the run their LSN falls in. ``by``: the columns naming a key.
     """
-    same_partition = Window.partitionBy("key").orderBy("partition").rangeBetween(0, 0)
-    first_change = F.when(F.col("duplicate_class").isNull(), F.col("source_lsn"))
-    return F.min(first_change).over(same_partition)
+    applied = F.col("duplicate_class").isNull() | (F.col("duplicate_class") != REDELIVERY)
+    by_lsn = Window.partitionBy(*by).orderBy("source_lsn", "partition", "offset")
+    before = F.last(F.when(applied, F.col("partition")), ignorenulls=True).over(
+        by_lsn.rowsBetween(Window.unboundedPreceding, -1)
+    )
+    starts = applied & (before.isNull() | (before != F.col("partition")))
+    run_start = F.last(F.col("_run_start"), ignorenulls=True).over(by_lsn.rowsBetween(Window.unboundedPreceding, 0))
+    return (
+        changes.withColumn("_run_start", F.when(starts, F.col("source_lsn")))
+        .withColumn(SEGMENT, run_start)
+        .drop("_run_start")
+    )
 
 
 def changelog_rows(decoded: DataFrame, key: Sequence[str], *, segments: bool = True) -> tuple[DataFrame, DataFrame]:
@@ -275,6 +288,7 @@ def changelog_rows(decoded: DataFrame, key: Sequence[str], *, segments: bool = T
     cannot); without, ``segment`` is null and offsets alone order a key's changes.
     """
     ok, quarantined = split_decoded(decoded)
+    ok = with_key_segments(ok) if segments else ok.withColumn(SEGMENT, F.lit(None).cast("long"))
     changelog = ok.select(
         *key_columns(key, "after_row", "before_row"),
         "key",
@@ -282,7 +296,7 @@ def changelog_rows(decoded: DataFrame, key: Sequence[str], *, segments: bool = T
         "partition",
         "offset",
         F.lit(0).alias("sub"),
-        (key_segment() if segments else F.lit(None).cast("long")).alias(SEGMENT),
+        SEGMENT,
         "source_txid",
         "source_lsn",
         "source_ts_ms",
@@ -376,7 +390,7 @@ def after_truncate(events: DataFrame, truncate: DataFrame) -> DataFrame:
 def fold_order(*, descending: bool = False) -> list[Column]:
     """A key's events in the order they happened: the previous table's row, then the range's.
 
-    The range's by segment (:func:`key_segment`; null first: a repair placed before the range's
+    The range's by segment (:func:`with_key_segments`; null first: a repair placed before the range's
     changes), then offset and sub-position.
     """
     if descending:

@@ -115,3 +115,16 @@ def redelivered_to_a_lower_partition() -> list[RawRecord]:
         item_event(4, "u", 1, a, z, txid=102, lsn=1002, partition=1, emitted_ms=40),
         item_event(5, "u", 1, b, a, txid=103, lsn=1003, partition=1, emitted_ms=41),
     ]
+
+
+def back_in_an_earlier_partition() -> list[RawRecord]:
+    """Key 1 in partition 0; the topic grows 3 -> 5 and the key goes to partition 3; it grows to 7 and
+    the key goes back to partition 0, whose offsets go on from where its first run ended."""
+    return [
+        item_event(10, "c", 1, {"id": 1, "name": "a", "qty": 1}, txid=101, lsn=1001, partition=0),
+        item_event(0, "u", 1, {"id": 1, "name": "b", "qty": 2}, txid=102, lsn=1002, partition=3),
+        item_event(11, "u", 1, {"id": 1, "name": "c", "qty": 3}, txid=103, lsn=1003, partition=0),
+        item_event(12, "c", 2, {"id": 2, "name": "x", "qty": 1}, txid=104, lsn=1004, partition=0),
+        item_event(1, "d", 2, None, {"id": 2, "name": "x", "qty": 1}, txid=105, lsn=1005, partition=3),
+        item_event(13, "c", 2, {"id": 2, "name": "y", "qty": 2}, txid=106, lsn=1006, partition=0),
+    ]

@@ -28,6 +28,7 @@ from cdc_reconcile.visibility import PgSnapshot
 from tests.support.frames import (
     ITEMS_KEY,
     ITEMS_SPEC,
+    back_in_an_earlier_partition,
     item_changes,
     item_event,
     item_truncate,
@@ -157,4 +158,13 @@ def test_a_redelivery_to_a_lower_numbered_partition_is_not_the_topics_last_word(
     assertDataFrameEqual(
         words.select("id", "word.op", "word.source_txid", "word.source_lsn"),
         [Row(id=1, op="u", source_txid=103, source_lsn=1003)],
+    )
+
+
+def test_the_topics_last_word_on_a_key_back_in_a_partition_it_left_is_its_newest_run(spark):
+    changes = topic_changes(bronze(spark, back_in_an_earlier_partition()), "public.items", ITEMS_KEY, KEY_SPEC)
+    words = topic_words(changes, PgSnapshot(1100, 1110, ()), ITEMS_KEY)
+    assertDataFrameEqual(
+        words.select("id", "word.op", "word.source_lsn"),
+        [Row(id=1, op="u", source_lsn=1003), Row(id=2, op="c", source_lsn=1006)],
     )

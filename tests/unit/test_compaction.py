@@ -29,6 +29,7 @@ from tests.support.frames import (
     ITEMS_KEY,
     ITEMS_SPEC,
     ITEMS_TOPIC,
+    back_in_an_earlier_partition,
     item_changes,
     item_event,
     item_truncate,
@@ -403,6 +404,13 @@ def test_copies_in_one_partition_keep_offset_order_whatever_their_envelope_times
         marked.filter(F.col("duplicate_class").isNotNull()).select("offset"),
         [Row(offset=9)],
     )
+
+
+def test_a_key_back_in_a_partition_it_left_folds_its_runs_in_lsn_order(spark):
+    # by the first LSN per partition, partition 0's later changes sorted before partition 3's: key 1
+    # ended at "b" and key 2, deleted in partition 3, ended deleted although re-inserted after
+    result, _ = fold(spark, back_in_an_earlier_partition())
+    assertDataFrameEqual(state(result), items(spark, [(1, "c", 3), (2, "y", 2)]))
 
 
 def test_a_key_that_moved_partitions_inside_the_range_folds_in_lsn_order_of_its_runs(spark):
