@@ -7,7 +7,8 @@ fills them from script). The same files, byte for byte, come from the npm regist
 deployment names with ``CDC_DATA_DOCS_ASSETS`` (filled by ``python -m cdc_dev.vendor_assets --target
 DIR``; the dev set-up fills ``.cache/data-docs-assets``); after each build :func:`make_offline`
 copies them to ``<site>/static/vendor/`` and points every page at them. Without the setting the
-pages keep their CDN links.
+pages keep their CDN links. A site on shared storage (a URL, :mod:`shared_storage`) gets the same
+files through fsspec, and only the pages the build rendered are read and rewritten.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import posixpath
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
+from .shared_storage import is_url, open_url
 
 ASSETS_ENV = "CDC_DATA_DOCS_ASSETS"
 FILL_COMMAND = "python -m cdc_dev.vendor_assets --target DIR"
@@ -196,8 +199,55 @@ def make_offline(site: str | Path, assets_dir: str | Path) -> int:
     return changed
 
 
-def finish_site(site: str | Path, assets_dir: str | Path | None) -> int:
-    """:func:`make_offline` with the configured assets; without them the pages keep their CDN links (logged)."""
+def make_offline_shared(site: str, assets_dir: str | Path, pages: Sequence[str] | None = None) -> int:
+    """:func:`make_offline` for a site on shared storage (a URL), through fsspec.
+
+    ``pages``: the site's pages to rewrite, relative to it (the ones a build just rendered); None
+    reads every page, one request each on remote storage. Returns how many pages changed.
+    """
+    source = check_assets(assets_dir)
+    fs, root = open_url(site)
+    root = root.rstrip("/")
+    target = f"{root}/{VENDOR}"
+    fingerprint = _fingerprint(source)
+    try:
+        current = fs.cat_file(f"{target}/{STAMP}").decode()
+    except FileNotFoundError:
+        current = None
+    if current != fingerprint:
+        folders: set[str] = set()
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            relative = path.relative_to(source).as_posix()
+            if any(part.startswith(".") for part in relative.split("/")):
+                continue
+            folder = posixpath.dirname(f"{target}/{relative}")
+            if folder not in folders:
+                fs.makedirs(folder, exist_ok=True)
+                folders.add(folder)
+            fs.pipe_file(f"{target}/{relative}", path.read_bytes())
+        fs.pipe_file(f"{target}/{STAMP}", fingerprint.encode())
+    if pages is None:
+        fs.invalidate_cache(root)
+        pages = [p[len(root) + 1 :] for p in fs.find(root) if p.endswith(".html")]
+    changed = 0
+    for page in dict.fromkeys(pages):
+        if page.startswith(VENDOR + "/"):
+            continue
+        text = fs.cat_file(f"{root}/{page}").decode("utf-8")
+        if "https://" not in text:
+            continue
+        rewritten = rewrite_page(text, "/".join([".."] * page.count("/")) or ".")
+        if rewritten != text:
+            fs.pipe_file(f"{root}/{page}", rewritten.encode("utf-8"))
+            changed += 1
+    return changed
+
+
+def finish_site(site: str | Path, assets_dir: str | Path | None, pages: Sequence[str] | None = None) -> int:
+    """:func:`make_offline` with the configured assets; without them the pages keep their CDN links (logged).
+
+    A site named by URL goes to :func:`make_offline_shared` with ``pages``.
+    """
     if assets_dir is None:
         logging.getLogger(__name__).warning(
             "Data Docs keep their CDN links (they need network to render): set %s to a folder filled by `%s`, "
@@ -206,4 +256,6 @@ def finish_site(site: str | Path, assets_dir: str | Path | None) -> int:
             FILL_COMMAND,
         )
         return 0
+    if is_url(site):
+        return make_offline_shared(str(site), assets_dir, pages)
     return make_offline(site, assets_dir)

@@ -27,23 +27,28 @@ Seven datasets of one run are validated, each by its own suite:
   decodable), one JSON text each with partition, offset and reason. Their changes are not in the lake,
   so the diff may not see them either (expected: none).
 
-Results go to the GX file context's validation store and Data Docs
+Results go to the GX project's validation store and Data Docs
 (``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``, made to read offline by
 :mod:`offline_docs` when the deployment names its assets folder); the run's summary goes to the state
-database through the caller.
+database through the caller. A local ``gx_root`` is GX's file context; a URL (``webhdfs://``,
+``s3://``, ``file://``) is the same layout on shared storage (:mod:`gx_storage`), which validate
+tasks on every host write.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .offline_docs import check_assets, finish_site
+from .shared_storage import check_reachable, is_url, join, normalize_url, storable_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,6 +82,7 @@ SAMPLE_SIZE = 5
 # validation results the Data Docs index links, newest first (about 30 validations of 7 datasets; the
 # trend report keeps the whole history). The index loads each result it links.
 INDEX_LIMIT = 200
+SITE_PARTS = ("gx", "uncommitted", "data_docs", "local_site")
 
 
 @dataclass
@@ -108,9 +114,11 @@ class SuiteOutcome:
         }
 
 
-def data_docs_index(gx_root: str | Path) -> Path:
-    """Where the Data Docs site of a GX root is written."""
-    return Path(gx_root) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+def data_docs_index(gx_root: str | Path) -> Path | str:
+    """Where the Data Docs site of a GX root is written: a path under a local root, a URL under a URL root."""
+    if is_url(gx_root):
+        return join(normalize_url(str(gx_root)), *SITE_PARTS, "index.html")
+    return Path(gx_root).joinpath(*SITE_PARTS, "index.html")
 
 
 def _expectations(key: Sequence[str]) -> dict[str, list[Any]]:
@@ -177,10 +185,18 @@ def gx_column(name: str) -> str:
 
 
 @contextlib.contextmanager
-def file_lock(root: Path) -> Iterator[None]:
-    """The GX project's lock without a state database: a file lock, which holds on one host only."""
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".cdc-reconcile.lock").open("w") as handle:
+def file_lock(root: str | Path) -> Iterator[None]:
+    """The GX project's lock without a state database: a file lock, which holds on one host only.
+
+    A URL root's lock file is in this host's temporary folder, named after the URL.
+    """
+    if is_url(root):
+        digest = hashlib.sha256(normalize_url(str(root)).encode()).hexdigest()[:16]
+        path = Path(tempfile.gettempdir()) / f"cdc-reconcile-gx-{digest}.lock"
+    else:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        path = Path(root) / ".cdc-reconcile.lock"
+    with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -188,12 +204,13 @@ def file_lock(root: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_run_pages(context: Any, run_name: str, suite_names: Sequence[str]) -> None:
+def build_run_pages(context: Any, run_name: str, suite_names: Sequence[str]) -> list[Any]:
     """Render this validation's pages, its suites' pages and the index; leave every earlier page as it is.
 
     A full build renders every result ever stored, so each validation would cost more than the last
     (about 0.1 s per stored result). The index links the newest :data:`INDEX_LIMIT` results, so it
-    does not load every stored result either; older pages stay on disk.
+    does not load every stored result either; older pages stay on disk. Returns the identifiers of
+    the pages rendered besides the index.
     """
     from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
@@ -206,6 +223,20 @@ def build_run_pages(context: Any, run_name: str, suite_names: Sequence[str]) -> 
     results = [key for key in context.validation_results_store.list_keys() if key.run_id.run_name == run_name]
     suites = [ExpectationSuiteIdentifier(name=name) for name in suite_names]
     context.build_data_docs(resource_identifiers=[*suites, *results])
+    return [*suites, *results]
+
+
+def _site_pages(context: Any, site: str, identifiers: Sequence[Any]) -> list[str]:
+    """The rendered pages of ``identifiers`` and the index, relative to the site's URL, as GX names them."""
+    from urllib.parse import unquote
+
+    pages = ["index.html"]
+    for identifier in identifiers:
+        for found in context.get_docs_sites_urls(resource_identifier=identifier, only_if_exists=False):
+            url = found.get("site_url") or ""
+            if url.startswith(site + "/"):
+                pages.append(unquote(url[len(site) + 1 :]))
+    return pages
 
 
 def _definitions(context: Any, table: str, key: Sequence[str]) -> dict[str, Any]:
@@ -278,12 +309,22 @@ def run_suite(
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
 
-    root = Path(gx_root)
+    shared = is_url(gx_root)
+    root: str | Path = normalize_url(str(gx_root)) if shared else Path(gx_root)
+    if shared:
+        check_reachable(str(root))
+    index = data_docs_index(root)
     checks: list[dict[str, Any]] = []
     with lock if lock is not None else file_lock(root):
-        context = gx.get_context(mode="file", project_root_dir=str(root))
+        if shared:
+            from .gx_storage import shared_context
+
+            context = shared_context(str(root), INDEX_LIMIT)
+        else:
+            context = gx.get_context(mode="file", project_root_dir=str(root))
         definitions = _definitions(context, table, key)
-        run = RunIdentifier(run_name=f"{run_id} {table} {phase}")
+        # GX stores results and pages under the run name: HDFS refuses the ':' of an Airflow run id
+        run = RunIdentifier(run_name=storable_name(root, f"{run_id} {table} {phase}"))
         expectation_parameters = dict(parameters)
         if "lake_columns" in expectation_parameters:
             expectation_parameters["lake_columns"] = [gx_column(c) for c in expectation_parameters["lake_columns"]]
@@ -295,8 +336,12 @@ def run_suite(
                 run_id=run,
             )
             checks.extend(_check(dataset, r) for r in result.results)
-        build_run_pages(context, run.run_name, [d.suite.name for d in definitions.values()])
-        finish_site(data_docs_index(root).parent, data_docs_assets)
+        rendered = build_run_pages(context, run.run_name, [d.suite.name for d in definitions.values()])
+        if shared:
+            site = str(index).rsplit("/", 1)[0]
+            finish_site(site, data_docs_assets, pages=_site_pages(context, site, rendered))
+        else:
+            finish_site(Path(index).parent, data_docs_assets)
     return SuiteOutcome(
         table=table,
         run_id=run_id,
@@ -304,7 +349,7 @@ def run_suite(
         success=all(c["success"] for c in checks) and len(checks) > 0,
         counts=dict(counts),
         checks=checks,
-        data_docs=str(data_docs_index(root)),
+        data_docs=str(index),
     )
 
 

@@ -150,6 +150,31 @@ def test_links_point_at_the_served_data_docs_when_the_site_has_a_url(monkeypatch
     assert alerts.served_docs_url() is None
 
 
+def test_a_url_gx_root_maps_to_the_served_data_docs_as_a_path_does() -> None:
+    root_page = "webhdfs://namenode:9870/cdc/gx/gx/uncommitted/data_docs/local_site/validations/a%20b/x.html"
+    outcome = {**OUTCOME, "data_docs": "s3://dq/gx/gx/uncommitted/data_docs/local_site/index.html"}
+    message = alerts.alert_message(
+        alerts.WARNING,
+        dag_id="cdc_reconciliation",
+        run_id="manual__2026-01-01T10:00:00+00:00",
+        task_id="reconcile_table.confirm_repair",
+        outcome=outcome,
+        docs_url="https://dq.example.com/cdc/",
+    )
+    assert message["data_docs"] == "https://dq.example.com/cdc/index.html"
+    assert message["report"] == "https://dq.example.com/cdc/cdc_trends.html#table-public.customers"
+    assert alerts.served_page(root_page, "https://dq.example.com/cdc") == (
+        "https://dq.example.com/cdc/validations/a%20b/x.html"
+    )
+    assert alerts.served_page(message["data_docs"], "https://dq.example.com/cdc/") == message["data_docs"]
+    # not served: the storage URL is named, but no link a browser cannot open is made of it
+    unserved = alerts.alert_message(alerts.WARNING, dag_id="d", run_id="r", task_id="t", outcome=outcome, docs_url=None)
+    assert unserved["data_docs"] == outcome["data_docs"]
+    assert alerts.data_docs_url(unserved["data_docs"]) is None
+    assert alerts.report_url(unserved["report"]) is None
+    assert f"Data Docs: {outcome['data_docs']}" in unserved["text"]
+
+
 def test_a_slack_webhook_connection_posts_block_kit_through_the_slack_provider(monkeypatch, receiver) -> None:
     connect_alerts(monkeypatch, conn_type="slackwebhook", password=f"{receiver.url}/services/T0/B0/secret")
     message = warning_message()

@@ -15,6 +15,7 @@ from cdc_reconcile.config import TableConfig
 from cdc_reconcile.jobs.job_cli import EXIT_DONE, job_parser, run_job, spark_run, summary_line
 from cdc_reconcile.phase import Phase
 from cdc_reconcile.run import RunSettings
+from cdc_reconcile.shared_storage import is_url, normalize_url
 from cdc_reconcile.state_store import open_state
 from cdc_reconcile.trends.history import report_path, write_report
 
@@ -23,7 +24,12 @@ PROG = "validate"
 
 def parse_args(argv: list[str] | None = None):
     parser = job_parser(PROG, __doc__.splitlines()[0])
-    parser.add_argument("--gx-root", required=True, help="Great Expectations project folder (stores, Data Docs)")
+    parser.add_argument(
+        "--gx-root",
+        required=True,
+        help="Great Expectations project (stores, Data Docs): a local folder, or a URL on shared storage "
+        "(webhdfs://namenode:9870/path, s3://bucket/path, file:///shared/path)",
+    )
     parser.add_argument("--phase", type=Phase, choices=list(Phase), default=Phase.BEFORE_REPAIR)
     return parser.parse_args(argv)
 
@@ -32,9 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def validate(table: TableConfig) -> int:
-        settings = RunSettings(
-            lake_root=args.lake_root, state_dsn=args.state_dsn, gx_root=os.path.realpath(args.gx_root)
-        )
+        gx_root = normalize_url(args.gx_root) if is_url(args.gx_root) else os.path.realpath(args.gx_root)
+        settings = RunSettings(lake_root=args.lake_root, state_dsn=args.state_dsn, gx_root=gx_root)
         with spark_run(PROG, table, args, settings) as run:
             outcome = run.validate(args.phase)
         summary = outcome.as_dict()

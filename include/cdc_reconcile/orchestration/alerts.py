@@ -37,9 +37,10 @@ WARNING = "warning"
 CRITICAL = "critical"
 OUTCOME_KEY = "outcome"
 ALERTS_CONN = "cdc_alerts"
-# where the Data Docs site folder (<gx root>/gx/uncommitted/data_docs/local_site/) is served, if it is
+# where the Data Docs site folder (<gx root>/gx/uncommitted/data_docs/local_site/, a path or a URL) is served
 DOCS_URL_VAR = "cdc_data_docs_url"
 DOCS_SITE = "/gx/uncommitted/data_docs/local_site/"
+BROWSABLE = ("http", "https", "file")
 CLASSES = ("redelivery", "snapshot_rerun", "missing", "extra", "stale", "quarantined", "incomplete_transactions")
 SLACK, HTTP, SMTP = "slackwebhook", "http", "smtp"
 WEBHOOK_TIMEOUT = 15
@@ -151,18 +152,24 @@ def _counts(counts: Mapping[str, int]) -> str:
 
 
 def served_page(path: str, docs_url: str) -> str:
-    """A page of the Data Docs site as a URL under ``docs_url``; a path outside the site stays as it is."""
-    if "://" in path or DOCS_SITE not in path:
+    """A page of the Data Docs site (under a local GX root or a URL one) as a URL under ``docs_url``.
+
+    A page outside the site, or a link already under ``docs_url``, stays as it is.
+    """
+    if DOCS_SITE not in path or path.startswith(docs_url.rstrip("/") + "/"):
         return path
     return f"{docs_url.rstrip('/')}/{path.split(DOCS_SITE, 1)[1]}"
 
 
 def data_docs_url(path: str | None) -> str | None:
-    """A link for the Data Docs page: a URL as it is, an absolute path as a ``file://`` URI."""
+    """A link for the Data Docs page: an http(s) or file URL as it is, an absolute path as a ``file://`` URI.
+
+    A page on storage a browser cannot open (``webhdfs://``, ``s3://``) has no link: set ``cdc_data_docs_url``.
+    """
     if not path:
         return None
     if "://" in path:
-        return path
+        return path if path.split("://", 1)[0].lower() in BROWSABLE else None
     return f"file://{quote(os.path.normpath(path))}" if os.path.isabs(path) else None
 
 

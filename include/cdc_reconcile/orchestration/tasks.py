@@ -13,8 +13,8 @@ Airflow objects used (names are fixed; the embedded stack defines all of them):
   ``ssl.ca.location``); a generic connection whose ``host`` is the bootstrap servers still works;
 * ``cdc_alerts`` (slackwebhook, http or smtp, optional): where alerts go;
 * ``spark_default`` (spark): the master for the Spark jobs (``local[*]`` by default);
-* variables ``cdc_lake_root`` (required) and ``cdc_gx_root`` (default: ``<lake root>/../great_expectations``,
-  rendered by the DAG's validate tasks).
+* variables ``cdc_lake_root`` (required) and ``cdc_gx_root`` (a folder or a URL on shared storage;
+  default: ``<lake root>/../great_expectations``, rendered by the DAG's validate tasks).
 """
 
 from __future__ import annotations

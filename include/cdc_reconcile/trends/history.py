@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from ..shared_storage import is_url, write_text
 from ..state_store import state_schema_missing
 from ..suite import data_docs_index
 from .page import REPORT_NAME, RunPoint, render
@@ -99,19 +100,25 @@ def run_points(conn: psycopg.Connection, runs_per_table: int = RUNS_PER_TABLE) -
     ]
 
 
-def report_path(gx_root: str | Path) -> Path:
-    """Where the trend report of a GX project is written: beside the Data Docs' index page."""
-    return data_docs_index(gx_root).with_name(REPORT_NAME)
+def report_path(gx_root: str | Path) -> Path | str:
+    """Where the trend report of a GX project is written: beside the Data Docs' index page (a URL for a URL root)."""
+    index = data_docs_index(gx_root)
+    if isinstance(index, str):
+        return f"{index.rsplit('/', 1)[0]}/{REPORT_NAME}"
+    return index.with_name(REPORT_NAME)
 
 
-def write_report(conn: psycopg.Connection, path: str | Path, runs_per_table: int = RUNS_PER_TABLE) -> Path:
+def write_report(conn: psycopg.Connection, path: str | Path, runs_per_table: int = RUNS_PER_TABLE) -> Path | str:
     """Render the report from the state database to ``path``, replacing the old page in one rename.
 
     Concurrent runs of different tables each write the whole page; a reader sees one or the other.
+    A URL is written in one write through fsspec (shared storage has no rename that replaces).
     """
+    page = render(run_points(conn, runs_per_table), generated_at=datetime.now(UTC))
+    if is_url(path):
+        return write_text(str(path), page)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    page = render(run_points(conn, runs_per_table), generated_at=datetime.now(UTC))
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
