@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     print("== where to look")
     login = f"user {config.airflow_user}, password {config.airflow_password}"
     print(f"   Airflow UI:  {config.airflow_url}/dags/{DAG_ID}  ({login})")
-    print(f"   Data Docs:   {(before or after).get('data_docs')}")
+    print(f"   Data Docs:   {config.data_docs_url}  (the files: {(before or after).get('data_docs')})")
     print(f"   lake:        {config.lake_root / TABLE}")
     print("   the stack keeps running: `.venv/bin/cdc-stack status`; stop it with `.venv/bin/cdc-stack down`")
     server.shutdown()

@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psutil
 import psycopg
 import pytest
+import requests
 
 from cdc_dev.faults.checks import consume, duplicates
 from cdc_dev.loader import run_loader
@@ -284,11 +285,15 @@ def test_a_new_snapshot_round_is_no_alarm_and_a_redelivery_is_repaired_with_one_
     assert alert["found"] == {k: v for k, v in expected.items() if v}
     assert alert["repaired"] == {k: v for k, v in expected.items() if v}
     assert "redelivery 40" in alert["text"]
-    assert alert["data_docs"] and (config.run_dir / alert["data_docs"]).exists()
-    assert external_resources((config.run_dir / alert["data_docs"]).read_text()) == [], "Data Docs read offline"
+    # the pages the alert links, opened as a person would: over HTTP, from the stack's Data Docs server
+    assert alert["data_docs"].startswith(config.data_docs_url), alert["data_docs"]
+    page = requests.get(alert["data_docs"], timeout=30)
+    assert page.ok and result.run_id in page.text, (page.status_code, alert["data_docs"])
+    assert external_resources(page.text) == [], "Data Docs read offline"
     report, _, anchor = alert["report"].partition("#")
     assert anchor == f"table-{TABLE}" and f"Trend report: {alert['report']}" in alert["text"]
-    trends = (config.run_dir / report).read_text()
+    assert report.startswith(config.data_docs_url), report
+    trends = requests.get(report, timeout=30).text
     assert f'data-table="{TABLE}"' in trends and f'data-run="{result.run_id}"' in trends, "this run in the report"
     assert alert["run_url"].startswith(f"{config.airflow_url}/dags/cdc_reconciliation/runs/")
     assert lake_rows(spark, config) == source_rows(pg), "no committed source row is missing from the lake"
@@ -400,18 +405,31 @@ def test_a_run_with_the_lake_on_hdfs_reconciles_it_there(stack, config, pg, aler
     stack.hdfs.start()
     try:
         lake_root = f"{config.hdfs_lake_uri}/dag-run"
+        gx_path = f"/dag-run-gx-{tmp_path.name}"  # Great Expectations' project on HDFS too, through WebHDFS
+        gx_root = f"webhdfs://{config.host}:{config.hdfs_namenode_http_port}{gx_path}"
         result = dag_run(
             config,
             alerts,
             artifacts,
             "hdfs",
-            env={"AIRFLOW_VAR_CDC_LAKE_ROOT": lake_root, "AIRFLOW_VAR_CDC_GX_ROOT": str(tmp_path / "gx")},
+            env={
+                "AIRFLOW_VAR_CDC_LAKE_ROOT": lake_root,
+                "AIRFLOW_VAR_CDC_GX_ROOT": gx_root,
+                "AIRFLOW_VAR_CDC_DATA_DOCS_URL": "",  # the stack serves its own GX root's site
+            },
             full_rescan=True,
         )
         assert result.state == "success", result
         assert task(result, "publish_lake_table") == "success"
         assert hdfs_table_rows(config, stack, f"{lake_root}/{TABLE}/table", tmp_path / "table") == source_rows(pg)
         assert not (config.lake_root / "dag-run").exists(), "the lake went to the local filesystem"
+        # the run's Data Docs and trend report, read with plain WebHDFS requests
+        site = f"{config.hdfs_namenode_ui_url}/webhdfs/v1{gx_path}/gx/uncommitted/data_docs/local_site"
+        index = requests.get(f"{site}/index.html", params={"op": "OPEN"}, timeout=30)
+        assert index.ok, index.text
+        assert result.run_id.replace(":", "-") in index.text, "the run's validation is not in the index"
+        trends = requests.get(f"{site}/cdc_trends.html", params={"op": "OPEN"}, timeout=30)
+        assert trends.ok and f'data-run="{result.run_id}"' in trends.text
     finally:
         stack.hdfs.stop()
 
@@ -447,6 +465,7 @@ def test_runs_on_the_spark_cluster_with_the_lake_on_hdfs_keep_the_table_equal_to
         env = {
             "AIRFLOW_VAR_CDC_LAKE_ROOT": lake_root,
             "AIRFLOW_VAR_CDC_GX_ROOT": str(tmp_path / "gx"),  # Great Expectations' project stays local
+            "AIRFLOW_VAR_CDC_DATA_DOCS_URL": "",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_default),
             "SPARK_CONF_DIR": str(conf_dir),
         }

@@ -28,6 +28,8 @@ def test_connections_variable_and_per_checkout_settings(tmp_path: Path) -> None:
     kafka = json.loads(env["AIRFLOW_CONN_CDC_KAFKA"])
     assert (kafka["conn_type"], kafka["extra"]) == ("kafka", {"bootstrap.servers": "127.0.0.1:6666"})
     assert env["AIRFLOW_VAR_CDC_LAKE_ROOT"] == str(tmp_path / "lake")
+    assert env["AIRFLOW_VAR_CDC_GX_ROOT"] == str(tmp_path / "great_expectations")
+    assert env["AIRFLOW_VAR_CDC_DATA_DOCS_URL"] == f"http://127.0.0.1:{config.data_docs_port}/"
 
     assert env["AIRFLOW_CONFIG"] == str(AIRFLOW_CFG)
     assert env["AIRFLOW_HOME"] == str(tmp_path / "airflow")

@@ -148,11 +148,12 @@ def test_default_ports_differ_from_each_other_and_from_the_other_services(monkey
         "CDC_AIRFLOW_PORT",
         "CDC_SPARK_CONNECT_PORT",
         "CDC_SPARK_CONNECT_UI_PORT",
+        "CDC_DATA_DOCS_PORT",
     )
     for name in (*PORTS, *others):
         monkeypatch.delenv(name, raising=False)
     ports = [value for name, value in vars(StackConfig()).items() if name.endswith("_port")]
-    assert len(ports) == len(set(ports)) == 16
+    assert len(ports) == len(set(ports)) == 17
 
 
 def test_up_with_cluster_asks_the_stack_for_it(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -117,6 +117,7 @@ class FaultRunner:
             "AIRFLOW_VAR_CDC_LAKE_ROOT": self.lake_location,
             # Great Expectations' file stores need a local path (issue 15: not yet on the lake filesystem)
             "AIRFLOW_VAR_CDC_GX_ROOT": str(self.config.run_dir / "great_expectations-cluster"),
+            "AIRFLOW_VAR_CDC_DATA_DOCS_URL": "",  # the stack serves the other root's site
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_default),
             "SPARK_CONF_DIR": str(conf_dir),
         }

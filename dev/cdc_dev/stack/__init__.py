@@ -14,6 +14,7 @@ from typing import Any
 from .airflow import Airflow, airflow_environment, migrate
 from .config import StackConfig
 from .connect import Connect, connector_config
+from .data_docs import DataDocsServer
 from .hdfs import Hdfs
 from .kafka import Kafka
 from .postgres import Postgres
@@ -43,6 +44,7 @@ class Stack:
         self.hdfs = Hdfs(self.config)
         self.spark = SparkCluster(self.config, self.hdfs.conf_dir)
         self.spark_connect = SparkConnectServer(self.config, self.hdfs.conf_dir)
+        self.data_docs = DataDocsServer(self.config)
         # Airflow costs a minute and a gigabyte, so ``up`` starts it only when asked; ``down`` and
         # ``status`` always cover it, so nothing it left running goes unnoticed.
         self.with_airflow = airflow
@@ -73,10 +75,10 @@ class Stack:
         return timings
 
     def start_airflow(self) -> dict[str, float]:
-        """The Spark Connect server the DAG's Spark tasks run on (with ``CDC_SPARK_CONNECT=on``), then
-        Airflow; seconds each."""
+        """The Spark Connect server the DAG's Spark tasks run on (with ``CDC_SPARK_CONNECT=on``), the Data
+        Docs server its alerts link, then Airflow; seconds each."""
         timings = {}
-        steps = [("airflow", self.airflow.start)]
+        steps = [("data-docs", self.data_docs.start), ("airflow", self.airflow.start)]
         if self.config.spark_connect_enabled:
             steps.insert(0, ("spark-connect", self.spark_connect.start))
         for name, step in steps:
@@ -86,8 +88,8 @@ class Stack:
         return timings
 
     def stop_airflow(self) -> list[str]:
-        """Airflow, then the Spark Connect server; the names of those that ran."""
-        return [c.name for c in (self.airflow, self.spark_connect) if c.stop()]
+        """Airflow, then the Spark Connect server and the Data Docs server; the names of those that ran."""
+        return [c.name for c in (self.airflow, self.spark_connect, self.data_docs) if c.stop()]
 
     def start_cluster(self) -> dict[str, float]:
         """Start HDFS, then the Spark master and worker (executors need HDFS's configuration); seconds each."""
@@ -123,8 +125,8 @@ class Stack:
         return outcome if state == "RUNNING" else f"{outcome}, {state} by its user"
 
     def down(self, *, destroy: bool = False) -> list[str]:
-        """Stop Airflow, Spark Connect, Spark, HDFS, Connect, Kafka, PostgreSQL in that order; ``destroy``
-        also removes their data."""
+        """Stop Airflow, Spark Connect, the Data Docs server, Spark, HDFS, Connect, Kafka, PostgreSQL in that
+        order; ``destroy`` also removes their data."""
         stopped = self.stop_airflow()
         stopped += self.stop_cluster()
         if self.connect.stop():
@@ -146,6 +148,7 @@ class Stack:
             + [pid for pid in self.postgres.server_pids() if pid_alive(pid)]
             + self.airflow.leftover_pids()
             + self.spark_connect.pids()
+            + self.data_docs.pids()
             + self.spark.pids()
             + self.hdfs.pids()
         )
@@ -188,6 +191,11 @@ class Stack:
             running, pid = connect.process.running(), connect.process.pid()
             detail = f"{self.config.spark_connect_url}, Spark UI {self.config.spark_connect_ui_url}"
             result.append(ComponentStatus("spark-connect", running, running and _safe(connect.healthy), pid, detail))
+        docs = self.data_docs
+        if self.with_airflow or docs.process.running():
+            running, pid = docs.process.running(), docs.process.pid()
+            detail = f"{self.config.data_docs_url} (serves {self.config.data_docs_site})"
+            result.append(ComponentStatus("data-docs", running, running and _safe(docs.healthy), pid, detail))
         if self.with_airflow or self.airflow.running():
             healthy = self.airflow.service_health()
             details = {

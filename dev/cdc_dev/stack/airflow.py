@@ -169,6 +169,10 @@ def airflow_environment(config: StackConfig) -> dict[str, str]:
         "AIRFLOW__API_AUTH__JWT_SECRET": keys["jwt_secret"],
         "AIRFLOW__API__SECRET_KEY": keys["api_secret_key"],
         "AIRFLOW_VAR_CDC_LAKE_ROOT": str(config.lake_root),
+        "AIRFLOW_VAR_CDC_GX_ROOT": str(config.gx_root),
+        # the stack serves that root's Data Docs there (``data_docs``); a run given another GX root
+        # sets this to "" too, or its alerts would link pages of this one
+        "AIRFLOW_VAR_CDC_DATA_DOCS_URL": config.data_docs_url,
         "CDC_SPARK_JARS": str(config.spark_jars_dir),
         # the table configuration the tasks and, through them, the Spark jobs read (empty: the built-in one)
         "CDC_TABLES_CONFIG": os.environ.get("CDC_TABLES_CONFIG", ""),

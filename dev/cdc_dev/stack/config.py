@@ -78,6 +78,8 @@ class StackConfig:
     # spark-submits a driver of its own
     spark_connect_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_CONNECT_PORT", 28502))
     spark_connect_ui_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_CONNECT_UI_PORT", 28540))
+    # the stack's Data Docs site over HTTP (alerts link its pages there)
+    data_docs_port: int = field(default_factory=lambda: _env_int("CDC_DATA_DOCS_PORT", 28590))
     spark_connect_enabled: bool = field(default_factory=lambda: os.environ.get("CDC_SPARK_CONNECT", "off") == "on")
     spark_connect_memory: str = field(default_factory=lambda: os.environ.get("CDC_SPARK_CONNECT_MEMORY") or "3g")
     host: str = "127.0.0.1"
@@ -213,6 +215,20 @@ class StackConfig:
     @property
     def lake_root(self) -> Path:
         return self.run_dir / "lake"
+
+    @property
+    def gx_root(self) -> Path:
+        """The DAG's Great Expectations project (``cdc_gx_root``): beside the lake, its default."""
+        return self.run_dir / "great_expectations"
+
+    @property
+    def data_docs_site(self) -> Path:
+        return self.gx_root / "gx" / "uncommitted" / "data_docs" / "local_site"
+
+    @property
+    def data_docs_url(self) -> str:
+        """Where the stack serves the Data Docs site (``cdc_data_docs_url``)."""
+        return f"http://{self.host}:{self.data_docs_port}/"
 
     @property
     def pg_jdbc_url(self) -> str:
