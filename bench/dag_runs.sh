@@ -13,6 +13,7 @@ export CDC_KAFKA_CONTROLLER_PORT=${CDC_BENCH_KAFKA_CONTROLLER_PORT:-29113}
 export CDC_KAFKA_SASL_PORT=${CDC_BENCH_KAFKA_SASL_PORT:-29114}
 export CDC_CONNECT_PORT=${CDC_BENCH_CONNECT_PORT:-28103}
 export CDC_AIRFLOW_PORT=${CDC_BENCH_AIRFLOW_PORT:-28200}
+export CDC_DATA_DOCS_PORT=${CDC_BENCH_DATA_DOCS_PORT:-28610}
 cd "$ROOT"
 stop_stack() { "$ROOT/.venv/bin/python" -c 'from cdc_dev.stack import Stack; Stack().down()' || true; }
 trap stop_stack EXIT

@@ -41,6 +41,7 @@ TEST_ENV = {
     "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "28190"),
     "CDC_SPARK_CONNECT_PORT": os.environ.get("CDC_TEST_SPARK_CONNECT_PORT", "28512"),
     "CDC_SPARK_CONNECT_UI_PORT": os.environ.get("CDC_TEST_SPARK_CONNECT_UI_PORT", "28551"),
+    "CDC_DATA_DOCS_PORT": os.environ.get("CDC_TEST_DATA_DOCS_PORT", "28600"),
     # HDFS for the tests that put the lake on hdfs:// (the developer's ports + 20; the cluster module's are + 10)
     "CDC_HDFS_NAMENODE_PORT": os.environ.get("CDC_TEST_STACK_HDFS_NAMENODE_PORT", "29040"),
     "CDC_HDFS_NAMENODE_HTTP_PORT": os.environ.get("CDC_TEST_STACK_HDFS_NAMENODE_HTTP_PORT", "29890"),

@@ -30,6 +30,7 @@ RUNNER_ENV = {
     "CDC_KAFKA_SASL_PORT": "29154",
     "CDC_CONNECT_PORT": "28143",
     "CDC_AIRFLOW_PORT": "28195",
+    "CDC_DATA_DOCS_PORT": "28650",
     # HDFS and the Spark cluster, for scenarios that start them (Stack(cluster=True)): the dev ports + 60
     "CDC_HDFS_NAMENODE_PORT": "29080",
     "CDC_HDFS_NAMENODE_HTTP_PORT": "29930",
