@@ -217,7 +217,7 @@ def test_up_is_idempotent_and_down_leaves_nothing(stack, config, stack_env):
     status = subprocess.run([*cli, "status", "--json"], capture_output=True, text=True, timeout=60, check=False)
     assert status.returncode == 0, status.stdout
     rows = {row["name"]: row for row in json.loads(status.stdout)}
-    assert all(rows[name]["healthy"] for name in ("postgres", "kafka", "connect", "connector"))
+    assert all(rows[name]["healthy"] for name in ("postgres", "kafka", "connect", "connector", "data-docs"))
     assert "task 0 RUNNING" in rows["connector"]["detail"]
 
     postgres_pids = stack.postgres.server_pids()

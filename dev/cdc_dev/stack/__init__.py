@@ -60,6 +60,7 @@ class Stack:
             ("postgres", self.postgres.start),
             ("kafka", self.kafka.start),
             ("connect", lambda: self.connect.start(exactly_once=exactly_once)),
+            ("data-docs", self.data_docs.start),
         ):
             began = time.monotonic()
             step()
@@ -75,10 +76,10 @@ class Stack:
         return timings
 
     def start_airflow(self) -> dict[str, float]:
-        """The Spark Connect server the DAG's Spark tasks run on (with ``CDC_SPARK_CONNECT=on``), the Data
-        Docs server its alerts link, then Airflow; seconds each."""
+        """The Spark Connect server the DAG's Spark tasks run on (with ``CDC_SPARK_CONNECT=on``), then
+        Airflow; seconds each."""
         timings = {}
-        steps = [("data-docs", self.data_docs.start), ("airflow", self.airflow.start)]
+        steps = [("airflow", self.airflow.start)]
         if self.config.spark_connect_enabled:
             steps.insert(0, ("spark-connect", self.spark_connect.start))
         for name, step in steps:
@@ -88,8 +89,8 @@ class Stack:
         return timings
 
     def stop_airflow(self) -> list[str]:
-        """Airflow, then the Spark Connect server and the Data Docs server; the names of those that ran."""
-        return [c.name for c in (self.airflow, self.spark_connect, self.data_docs) if c.stop()]
+        """Airflow, then the Spark Connect server; the names of those that ran."""
+        return [c.name for c in (self.airflow, self.spark_connect) if c.stop()]
 
     def start_cluster(self) -> dict[str, float]:
         """Start HDFS, then the Spark master and worker (executors need HDFS's configuration); seconds each."""
@@ -125,8 +126,8 @@ class Stack:
         return outcome if state == "RUNNING" else f"{outcome}, {state} by its user"
 
     def down(self, *, destroy: bool = False) -> list[str]:
-        """Stop Airflow, Spark Connect, the Data Docs server, Spark, HDFS, Connect, Kafka, PostgreSQL in that
-        order; ``destroy`` also removes their data."""
+        """Stop Airflow, Spark Connect, Spark, HDFS, Connect, Kafka, PostgreSQL and the Data Docs server in
+        that order; ``destroy`` also removes their data."""
         stopped = self.stop_airflow()
         stopped += self.stop_cluster()
         if self.connect.stop():
@@ -135,6 +136,8 @@ class Stack:
             stopped.append("kafka")
         if self.postgres.stop():
             stopped.append("postgres")
+        if self.data_docs.stop():
+            stopped.append("data-docs")
         if destroy:
             self.postgres.destroy()
             shutil.rmtree(self.config.run_dir, ignore_errors=True)
@@ -176,6 +179,10 @@ class Stack:
                     component.name, running, running and _safe(component.healthy), component.process.pid(), detail
                 )
             )
+        docs = self.data_docs
+        running, pid = docs.process.running(), docs.process.pid()
+        detail = f"{self.config.data_docs_url} (serves {self.config.data_docs_site})"
+        result.append(ComponentStatus("data-docs", running, running and _safe(docs.healthy), pid, detail))
         connector = _safe(lambda: self.connect.connector_status(self.config.connector_name), default=None)
         if connector is None:
             result.append(ComponentStatus("connector", False, False, None, "not registered"))
@@ -191,11 +198,6 @@ class Stack:
             running, pid = connect.process.running(), connect.process.pid()
             detail = f"{self.config.spark_connect_url}, Spark UI {self.config.spark_connect_ui_url}"
             result.append(ComponentStatus("spark-connect", running, running and _safe(connect.healthy), pid, detail))
-        docs = self.data_docs
-        if self.with_airflow or docs.process.running():
-            running, pid = docs.process.running(), docs.process.pid()
-            detail = f"{self.config.data_docs_url} (serves {self.config.data_docs_site})"
-            result.append(ComponentStatus("data-docs", running, running and _safe(docs.healthy), pid, detail))
         if self.with_airflow or self.airflow.running():
             healthy = self.airflow.service_health()
             details = {

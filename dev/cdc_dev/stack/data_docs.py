@@ -3,7 +3,7 @@
 A deployment serves ``<gx root>/gx/uncommitted/data_docs/local_site/`` with whatever serves its static
 files (a bucket's static website, a web server over the shared folder) and sets the Variable
 ``cdc_data_docs_url`` to it. The stack serves its GX root's site folder with Python's own
-``http.server``, started and stopped with Airflow, and sets the Variable (``airflow_environment``).
+``http.server``, started and stopped with the stack, and sets the Variable (``airflow_environment``).
 """
 
 from __future__ import annotations
