@@ -1,7 +1,8 @@
 """Great Expectations' stores and Data Docs on the stack's HDFS, through WebHDFS (``webhdfs://``, no native client).
 
-Only HDFS is started (the stack's own ``Hdfs``, a run folder and ports of this module's own); the
-session's stack is neither needed nor touched. Two validations with two separate GX contexts write
+HDFS is started on its own (the stack's own ``Hdfs``, a run folder and ports of this module's own);
+the validations run on the integration tests' Spark session (stopping a session of its own would stop
+that shared one). Two validations with two separate GX contexts write
 one store and one index, which is then read with plain WebHDFS requests, not through the backend.
 """
 
@@ -21,7 +22,6 @@ from cdc_dev.stack.hdfs import Hdfs
 from cdc_reconcile.compaction import CDC_COLUMNS
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.suite import describe, run_suite
-from tests.support.spark import unit_session
 from tests.unit.test_suite import COLUMNS, KEY, datasets
 
 pytestmark = pytest.mark.integration
@@ -52,22 +52,15 @@ def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
         node.stop()
 
 
-@pytest.fixture(scope="module")
-def local_spark() -> Iterator:
-    session = unit_session()
-    yield session
-    session.stop()
-
-
 def webhdfs(config: StackConfig, path: str, op: str) -> requests.Response:
     response = requests.get(f"{config.hdfs_namenode_ui_url}/webhdfs/v1{path}", params={"op": op}, timeout=30)
     response.raise_for_status()
     return response
 
 
-def test_two_validations_share_one_store_and_one_data_docs_index_on_hdfs(hdfs: StackConfig, local_spark) -> None:
+def test_two_validations_share_one_store_and_one_data_docs_index_on_hdfs(hdfs: StackConfig, spark) -> None:
     root = f"webhdfs://{hdfs.host}:{hdfs.hdfs_namenode_http_port}/cdc/gx"
-    data = datasets(local_spark, [(1, 1, 5)], [('{"order_id":1,"line_no":1}', "c", 100, 1000, None, None)], [])
+    data = datasets(spark, [(1, 1, 5)], [('{"order_id":1,"line_no":1}', "c", 100, 1000, None, None)], [])
     outcomes, seconds = [], []
     for run_id, table, rows in ((FIRST, "public.order_lines", 1), (SECOND, "public.other", 2)):
         began = time.monotonic()
