@@ -105,7 +105,7 @@ def topic_words(changes: DataFrame, snapshot: PgSnapshot, key: Sequence[str]) ->
     )
     last = Window.partitionBy(*keyed).orderBy(F.col(SEGMENT).desc(), F.col("offset").desc())
     return (
-        with_key_segments(distinct.withColumn("duplicate_class", F.lit(None).cast("string")), keyed)
+        with_key_segments(distinct, keyed, applied=F.lit(True))  # copies are gone already
         .withColumn("_n", F.row_number().over(last))
         .filter(F.col("_n") == 1)
         .select(*keyed, F.struct(*(F.col(c) for c in _IDENTITY)).alias("word"))

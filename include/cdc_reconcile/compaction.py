@@ -253,7 +253,9 @@ def with_raw_values(quarantined: DataFrame, events: DataFrame) -> DataFrame:
     return F.broadcast(quarantined.drop("raw_value")).join(raw, position, "inner").select(*QUARANTINE_COLUMNS)
 
 
-def with_key_segments(changes: DataFrame, by: Sequence[str | Column] = ("key",)) -> DataFrame:
+def with_key_segments(
+    changes: DataFrame, by: Sequence[str | Column] = ("key",), applied: Column | None = None
+) -> DataFrame:
     """Add ``segment``: the first LSN of the run of the key's changes, in one partition, the row belongs to.
 
     Debezium's producer sends a key to ``hash(key) % partitions``, so a key's changes stay in one
@@ -265,9 +267,11 @@ def with_key_segments(changes: DataFrame, by: Sequence[str | Column] = ("key",))
     the key: a run starts where a change's partition differs from that of the key's change before it,
     and the runs' first LSNs order them (:func:`fold_order` sorts by segment, then offset).
     Redelivered copies stay out of the runs (they sit where their original's partition may not be);
-    they take the segment of the run their LSN falls in. ``by``: the columns naming a key.
+    they take the segment of the run their LSN falls in. ``by``: the columns naming a key; ``applied``:
+    the rows that make runs (by default all but redeliveries).
     """
-    applied = F.col("duplicate_class").isNull() | (F.col("duplicate_class") != REDELIVERY)
+    if applied is None:
+        applied = F.col("duplicate_class").isNull() | (F.col("duplicate_class") != REDELIVERY)
     by_lsn = Window.partitionBy(*by).orderBy("source_lsn", "partition", "offset")
     before = F.last(F.when(applied, F.col("partition")), ignorenulls=True).over(
         by_lsn.rowsBetween(Window.unboundedPreceding, -1)

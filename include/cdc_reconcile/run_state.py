@@ -83,16 +83,7 @@ def replace_repair_audit(conn: psycopg.Connection, run_id: str, table: str, rows
 
 def audit_counts(conn: psycopg.Connection, run_id: str, table: str) -> dict[str, int]:
     """Audit rows of the run by kind (redelivery, snapshot_rerun, missing, extra, stale)."""
-    try:
-        with conn.transaction():
-            rows = conn.execute(
-                "SELECT kind, count(*) FROM cdc_reconcile.repair_audit WHERE run_id = %s AND table_name = %s "
-                "GROUP BY kind ORDER BY kind",
-                (run_id, table),
-            ).fetchall()
-    except psycopg.errors.UndefinedTable as exc:
-        raise state_schema_missing(exc) from exc
-    return {kind: count for kind, count in rows}
+    return {kind: sum(stages.values()) for kind, stages in audit_stages(conn, run_id, table).items()}
 
 
 def audit_stages(conn: psycopg.Connection, run_id: str, table: str) -> dict[str, dict[str, int]]:

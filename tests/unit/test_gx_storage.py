@@ -21,27 +21,17 @@ from cdc_reconcile.errors import InputError, UnreachableError
 from cdc_reconcile.gx_storage import FsspecStoreBackend
 from cdc_reconcile.offline_docs import STAMP, VENDOR, external_resources
 from cdc_reconcile.shared_storage import check_reachable, is_url, normalize_url, storable_name
-from cdc_reconcile.suite import SUITE, data_docs_index, describe, run_suite
+from cdc_reconcile.suite import SUITE, data_docs_index, describe
 from cdc_reconcile.trends.history import report_path, write_report
 
-from .test_suite import CDC_COLUMNS, COLUMNS, KEY, datasets
+from .test_suite import datasets, validate_at
 
 FIRST, SECOND = "manual__2026-12-01T01:00:00+00:00", "manual__2026-12-01T02:00:00+00:00"
 RUN_TIME = re.compile(r"\d{8}T\d{6}\.\d{6}Z")
 
 
 def validate(spark, gx_root, assets, data, *, snapshot_rows, run_id=FIRST, table="public.order_lines"):
-    return run_suite(
-        data,
-        table=table,
-        run_id=run_id,
-        phase="before_repair",
-        key=KEY,
-        parameters={"snapshot_row_count": snapshot_rows, "lake_columns": [*COLUMNS, *CDC_COLUMNS]},
-        counts={},
-        gx_root=gx_root,
-        data_docs_assets=assets,
-    )
+    return validate_at(gx_root, assets, data, snapshot_rows, table=table, run_id=run_id)
 
 
 def memory_url() -> str:

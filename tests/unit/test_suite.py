@@ -81,6 +81,23 @@ def run(
     table="public.order_lines",
     run_id="manual__2026-11-22T00:00:00+00:00",
 ):
+    return validate_at(
+        tmp_path / "gx-project", data_docs_assets, data, snapshot_rows, counts, key, columns, table, run_id
+    )
+
+
+def validate_at(
+    gx_root,
+    data_docs_assets,
+    data,
+    snapshot_rows,
+    counts=None,
+    key=KEY,
+    columns=COLUMNS,
+    table="public.order_lines",
+    run_id="manual__2026-11-22T00:00:00+00:00",
+):
+    """The suite on ``data`` with its results and Data Docs under ``gx_root`` (a path or a URL)."""
     return run_suite(
         data,
         table=table,
@@ -89,7 +106,7 @@ def run(
         key=key,
         parameters={"snapshot_row_count": snapshot_rows, "lake_columns": [*columns, *CDC_COLUMNS]},
         counts=counts or {},
-        gx_root=tmp_path / "gx-project",
+        gx_root=gx_root,
         data_docs_assets=data_docs_assets,
     )
 

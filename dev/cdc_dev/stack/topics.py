@@ -133,18 +133,7 @@ def write_again(bootstrap: str, topic: str, count: int) -> int:
     left out: they carry no change, so no count would include them. Returns how many were written.
     """
     changes = [r for r in read_topic(bootstrap, topic) if r.payload]
-    records = changes[-count:]
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
-    for record in records:
-        producer.produce(
-            topic,
-            key=None if record.key is None else json.dumps(record.key).encode(),
-            value=None if record.value is None else json.dumps(record.value).encode(),
-            partition=record.partition,
-        )
-    if producer.flush(60):
-        raise RuntimeError(f"writing {count} records to {topic} again: not all acknowledged within 60s")
-    return len(records)
+    return len(_produce(bootstrap, topic, [(r, r.partition) for r in changes[-count:]], dated_now=False))
 
 
 def emit_again(bootstrap: str, topic: str, placed: Sequence[tuple[Record, int]]) -> list[tuple[int, int]]:
@@ -155,6 +144,13 @@ def emit_again(bootstrap: str, topic: str, placed: Sequence[tuple[Record, int]])
     topic's partitions as they are now, which may be another partition than the original's. Returns
     where the copies landed, (partition, offset) each.
     """
+    return _produce(bootstrap, topic, placed, dated_now=True)
+
+
+def _produce(
+    bootstrap: str, topic: str, placed: Sequence[tuple[Record, int]], *, dated_now: bool
+) -> list[tuple[int, int]]:
+    """Write each record's key and value to the partition given with it; where each landed, once acknowledged."""
     landed: list[tuple[int, int]] = []
     failed: list[str] = []
 
@@ -166,16 +162,18 @@ def emit_again(bootstrap: str, topic: str, placed: Sequence[tuple[Record, int]])
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
     for record, partition in placed:
-        value = json.loads(json.dumps(record.value))
-        envelope = unwrap(value)
-        now_ns = time.time_ns()
-        for field, divisor in (("ts_ms", 1_000_000), ("ts_us", 1_000), ("ts_ns", 1)):
-            if field in envelope:
-                envelope[field] = now_ns // divisor
+        value = record.value
+        if dated_now and value is not None:
+            value = json.loads(json.dumps(value))
+            envelope = unwrap(value)
+            now_ns = time.time_ns()
+            for field, divisor in (("ts_ms", 1_000_000), ("ts_us", 1_000), ("ts_ns", 1)):
+                if field in envelope:
+                    envelope[field] = now_ns // divisor
         producer.produce(
             topic,
-            key=json.dumps(record.key).encode(),
-            value=json.dumps(value).encode(),
+            key=None if record.key is None else json.dumps(record.key).encode(),
+            value=None if value is None else json.dumps(value).encode(),
             partition=partition,
             on_delivery=delivered,
         )
