@@ -464,7 +464,8 @@ class TableRun:
         from .key_state import rounds_history
 
         state = self._key_state_before()
-        return None if state is None else rounds_history(state)
+        # a few rows, read by every window of the fold: kept, so the key state is scanned once
+        return None if state is None else kept(rounds_history(state))
 
     def _commit_key_state(self, marked: DataFrame, *, rebuild: bool) -> None:
         """Fold this range into the key state, unless a later run already built on this run's."""
@@ -527,7 +528,7 @@ class TableRun:
             )
             return None
         full_rescan = versions.full_rescan if full_rescan is None else full_rescan or versions.full_rescan
-        changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)
+        changelog = self._range_changelog(with_repairs=True)
         if full_rescan:
             previous, base = None, versions.base
         else:
@@ -548,6 +549,7 @@ class TableRun:
             decode_options=self.settings.decode_options,
         )
         commit, written_as = publish_fold(inputs, self.lake.table, self.version, full_rescan=full_rescan)
+        changelog.unpersist()
         log.info(
             "%s: run %s published table version %s onto version %s as %s: %s rows, %s bytes written",
             self.table.name,
@@ -577,6 +579,15 @@ class TableRun:
 
     def _forget_inputs(self) -> None:
         self.__dict__.pop("_inputs", None)
+
+    def _range_changelog(self, *, with_repairs: bool) -> DataFrame:
+        """The run's changelog range (repairs included when asked), kept for the fold that reads it.
+
+        The fold's windows, joins and unions each read their input again: planned from the Delta
+        tables, one fold scanned the changelog and the repairs 20 times each, and every scan cost a
+        Delta file-listing job before the query ran. Kept, the range is read once.
+        """
+        return kept(run_changelog(self.spark, self.lake, self.run_id, with_repairs=with_repairs))
 
     def _as_of(self, changelog: DataFrame) -> DataFrame:
         from .diff import lake_as_of
@@ -643,11 +654,12 @@ class TableRun:
         from .diff import summarise
 
         inputs = self._inputs
-        changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=with_repairs)
+        changelog = self._range_changelog(with_repairs=with_repairs)
         as_of = kept(self._as_of(changelog))
         diff = self._differences(as_of, changelog)
         report = summarise(diff, as_of, inputs.source, self.table.key)
         as_of.unpersist()
+        changelog.unpersist()
         return report, diff
 
     def validate(self, phase: Phase) -> SuiteOutcome:
@@ -676,7 +688,7 @@ class TableRun:
         table = run_table(self.spark, self.lake, self.run_id)
         if table is None:
             raise PipelineError(f"{self.table.name}: no lake table for run {self.run_id!r}; run compact_cdc first")
-        changelog = run_changelog(self.spark, self.lake, self.run_id, with_repairs=True)
+        changelog = self._range_changelog(with_repairs=True)
         as_of = kept(self._as_of(changelog))
         diff = self._differences(as_of, changelog)
         key_text = F.to_json(F.struct(*names.columns(key)))
@@ -731,6 +743,7 @@ class TableRun:
             )
         as_of.unpersist()
         diff.unpersist()
+        changelog.unpersist()
         if self.settings.state_dsn:
             with self.state() as conn:
                 run_state.record_suite_outcome(conn, outcome.as_dict(), phase)
