@@ -39,6 +39,8 @@ TEST_ENV = {
     "CDC_KAFKA_SASL_PASSWORD": os.environ.get("CDC_TEST_KAFKA_SASL_PASSWORD", 'te"st \\ sé cret'),
     "CDC_CONNECT_PORT": os.environ.get("CDC_TEST_CONNECT_PORT", "28093"),
     "CDC_AIRFLOW_PORT": os.environ.get("CDC_TEST_AIRFLOW_PORT", "28190"),
+    # DAG runs spark-submit each Spark task unless a test runs them on a Spark Connect server of its own
+    "CDC_SPARK_CONNECT": "off",
     "CDC_SPARK_CONNECT_PORT": os.environ.get("CDC_TEST_SPARK_CONNECT_PORT", "28512"),
     "CDC_SPARK_CONNECT_UI_PORT": os.environ.get("CDC_TEST_SPARK_CONNECT_UI_PORT", "28551"),
     "CDC_DATA_DOCS_PORT": os.environ.get("CDC_TEST_DATA_DOCS_PORT", "28600"),

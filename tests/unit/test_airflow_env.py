@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cdc_dev.stack.airflow import AIRFLOW_CFG, airflow_environment, venv_bin
 from cdc_dev.stack.config import StackConfig
 
 
 def test_connections_variable_and_per_checkout_settings(tmp_path: Path) -> None:
-    config = StackConfig(run_dir=tmp_path, pg_port=5555, kafka_port=6666, airflow_port=7777)
+    config = StackConfig(
+        run_dir=tmp_path, pg_port=5555, kafka_port=6666, airflow_port=7777, spark_connect_enabled=False
+    )
     env = airflow_environment(config)
 
     spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
@@ -41,6 +45,18 @@ def test_with_spark_connect_the_spark_tasks_are_its_clients(tmp_path: Path) -> N
     env = airflow_environment(StackConfig(run_dir=tmp_path, spark_connect_enabled=True, spark_connect_port=8888))
     spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
     assert (spark["conn_type"], spark["host"], spark["port"]) == ("spark_connect", "127.0.0.1", 8888)
+
+
+@pytest.mark.parametrize(("setting", "on_server"), [(None, True), ("on", True), ("off", False)])
+def test_the_stack_runs_spark_tasks_on_its_spark_connect_server_unless_switched_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None, on_server: bool
+) -> None:
+    if setting is None:
+        monkeypatch.delenv("CDC_SPARK_CONNECT", raising=False)
+    else:
+        monkeypatch.setenv("CDC_SPARK_CONNECT", setting)
+    spark = json.loads(airflow_environment(StackConfig(run_dir=tmp_path))["AIRFLOW_CONN_SPARK_DEFAULT"])
+    assert spark["conn_type"] == ("spark_connect" if on_server else "spark")
 
 
 def test_shared_keys_are_drawn_once_per_run_folder(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,7 +55,8 @@ class FaultRunner:
     def __init__(
         self, config: StackConfig | None = None, *, log: Callable[[str], None] = print, cluster: bool = False
     ) -> None:
-        self.config = config or StackConfig()
+        # the scenarios kill and retry a Spark task's own driver (spark_kill): every task spark-submits one
+        self.config = replace(config or StackConfig(), spark_connect_enabled=False)
         self.cluster = cluster
         self.stack = Stack(self.config, airflow=False, cluster=cluster)
         self.log = log

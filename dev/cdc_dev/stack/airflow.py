@@ -76,8 +76,8 @@ def _postgres_connection(config: StackConfig, description: str, database: str) -
 
 
 def spark_connection(config: StackConfig) -> str:
-    """``spark_default``: spark-submit in local mode (each Spark task starts a driver of its own), or with
-    ``CDC_SPARK_CONNECT=on`` the stack's Spark Connect server."""
+    """``spark_default``: the stack's Spark Connect server, or with ``CDC_SPARK_CONNECT=off`` spark-submit in
+    local mode (each Spark task starts a driver of its own)."""
     if config.spark_connect_enabled:
         return json.dumps(
             {

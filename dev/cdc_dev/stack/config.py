@@ -73,14 +73,14 @@ class StackConfig:
     # other services, a driver and Airflow
     spark_worker_cores: int = field(default_factory=lambda: _env_count("CDC_SPARK_WORKER_CORES", 2))
     spark_worker_memory: str = field(default_factory=lambda: os.environ.get("CDC_SPARK_WORKER_MEMORY") or "4g")
-    # CDC_SPARK_CONNECT=on: a Spark Connect server, started with Airflow, that the DAG's Spark tasks run on
-    # (spark_default becomes a spark_connect connection); gRPC and its Spark UI. Off: each Spark task
-    # spark-submits a driver of its own
+    # A Spark Connect server, started with Airflow, that the DAG's Spark tasks run on (spark_default is a
+    # spark_connect connection); gRPC and its Spark UI. CDC_SPARK_CONNECT=off: each Spark task
+    # spark-submits a driver of its own (a JVM per task: a demo-size run took 3-4x as long)
     spark_connect_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_CONNECT_PORT", 28502))
     spark_connect_ui_port: int = field(default_factory=lambda: _env_int("CDC_SPARK_CONNECT_UI_PORT", 28540))
     # the stack's Data Docs site over HTTP (alerts link its pages there)
     data_docs_port: int = field(default_factory=lambda: _env_int("CDC_DATA_DOCS_PORT", 28590))
-    spark_connect_enabled: bool = field(default_factory=lambda: os.environ.get("CDC_SPARK_CONNECT", "off") == "on")
+    spark_connect_enabled: bool = field(default_factory=lambda: os.environ.get("CDC_SPARK_CONNECT", "on") != "off")
     spark_connect_memory: str = field(default_factory=lambda: os.environ.get("CDC_SPARK_CONNECT_MEMORY") or "3g")
     host: str = "127.0.0.1"
     pg_database: str = "cdc_demo"
