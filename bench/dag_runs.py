@@ -15,9 +15,9 @@ Each run is triggered through the REST API like the UI's trigger form and timed 
 jobs submitted while it ran, from the Spark event logs (``spark.eventLog.enabled`` through
 ``SPARK_CONF_DIR``, which the scheduler's ``spark-submit`` and the Spark Connect server inherit). Peak
 memory: the sum of the resident memory of every JVM and Python process under the Airflow scheduler,
-and of the Spark Connect server when the tasks run on one (``CDC_SPARK_CONNECT=on``), sampled every
-0.25 s. Beside each run, the same run's changes
-counted from Kafka with a plain consumer say what the run had to read.
+and of the Spark Connect server when the tasks run on one (the default; ``CDC_SPARK_CONNECT=off``: a
+spark-submit per task), sampled every 0.25 s. Beside each run, the same run's changes counted from
+Kafka with a plain consumer say what the run had to read.
 
 Results go to ``bench/results/dag-runs-<timestamp>.json`` and ``.md``. Nothing here asserts a speed.
 """

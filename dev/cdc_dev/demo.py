@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         before = run_state.latest_suite_outcome(conn, run_id, TABLE, Phase.BEFORE_REPAIR) or {}
         after = run_state.latest_suite_outcome(conn, run_id, TABLE, Phase.AFTER_REPAIR) or {}
         audit = run_state.audit_counts(conn, run_id, TABLE)
+    # the source table is in the captured database, the run state in a database of its own
+    with psycopg.connect(config.pg_dsn) as conn:
         source_rows = conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0]
     print(
         f"== outcome: run {run_id} {state.upper()} in {run_seconds:.0f}s (whole demo {time.monotonic() - began:.0f}s)"

@@ -76,7 +76,7 @@ class Stack:
         return timings
 
     def start_airflow(self) -> dict[str, float]:
-        """The Spark Connect server the DAG's Spark tasks run on (with ``CDC_SPARK_CONNECT=on``), then
+        """The Spark Connect server the DAG's Spark tasks run on (unless ``CDC_SPARK_CONNECT=off``), then
         Airflow; seconds each."""
         timings = {}
         steps = [("airflow", self.airflow.start)]

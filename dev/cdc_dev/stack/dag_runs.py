@@ -55,7 +55,7 @@ def run_dag(
 ) -> DagRunResult:
     """One run of the DAG with ``params``; its output goes to ``<run dir>/logs/<label>-<n>.log``.
 
-    With ``CDC_SPARK_CONNECT=on`` the Spark Connect server its Spark tasks run on is started first when it
+    Unless ``CDC_SPARK_CONNECT=off``, the Spark Connect server its Spark tasks run on is started first when it
     is not running; ``Stack.down`` stops it.
     """
     migrate(config)
