@@ -69,23 +69,6 @@ def datasets(spark, table_rows, changelog_rows, diff_rows, unrepresentable=None,
     }
 
 
-def run(
-    spark,
-    tmp_path,
-    data_docs_assets,
-    data,
-    snapshot_rows,
-    counts=None,
-    key=KEY,
-    columns=COLUMNS,
-    table="public.order_lines",
-    run_id="manual__2026-11-22T00:00:00+00:00",
-):
-    return validate_at(
-        tmp_path / "gx-project", data_docs_assets, data, snapshot_rows, counts, key, columns, table, run_id
-    )
-
-
 def validate_at(
     gx_root,
     data_docs_assets,
@@ -113,7 +96,8 @@ def validate_at(
 
 @pytest.fixture(scope="module")
 def gx_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("suite")
+    """One GX project for the module's validations (each runs under its own table or run id)."""
+    return tmp_path_factory.mktemp("suite") / "gx-project"
 
 
 def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root, data_docs_assets):
@@ -126,11 +110,11 @@ def test_a_faithful_copy_passes_every_check_and_docs_are_built(spark, gx_root, d
         ],
         [],
     )
-    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=3)
+    outcome = validate_at(gx_root, data_docs_assets, data, snapshot_rows=3)
     assert outcome.success, describe(outcome)
     assert {c["dataset"] for c in outcome.checks} == set(DATASETS) == set(data)
     assert len(outcome.checks) == 17
-    index = data_docs_index(gx_root / "gx-project")
+    index = data_docs_index(gx_root)
     assert index.is_file()
     assert external_resources(index.read_text()) == [], "the suite points the Data Docs at the assets folder"
     assert not any(df.is_cached for df in data.values()), "a dataset left cached would hide a later rewrite"
@@ -152,7 +136,7 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
         ],
         unrepresentable={"unit_price": 2, "discount": 1},
     )
-    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=4)
+    outcome = validate_at(gx_root, data_docs_assets, data, snapshot_rows=4)
     assert not outcome.success
     failed = {(c["dataset"], c["check"]): c for c in outcome.failed_checks}
     assert set(failed) == {
@@ -187,7 +171,7 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
 def test_a_schema_drift_fails_the_schema_check(spark, gx_root, data_docs_assets):
     data = datasets(spark, [(1, 1, 5)], [], [])
     data["lake_table"] = data["lake_table"].drop("qty")
-    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=1)
+    outcome = validate_at(gx_root, data_docs_assets, data, snapshot_rows=1)
     assert [c["check"] for c in outcome.failed_checks] == ["schema"]
 
 
@@ -202,7 +186,7 @@ def test_quarantined_records_fail_their_own_check_with_offsets_and_reasons(spark
             ("cdc.public.order_lines", 0, 17, '{"order_id":1}', '{"op":"x"}', "unknown op 'x'"),
         ],
     )
-    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=1, counts={"quarantined": 2})
+    outcome = validate_at(gx_root, data_docs_assets, data, snapshot_rows=1, counts={"quarantined": 2})
     assert not outcome.success
     [failed] = outcome.failed_checks
     assert (failed["dataset"], failed["check"]) == ("quarantine", "no quarantined records")
@@ -223,7 +207,7 @@ def test_transactions_that_did_not_arrive_whole_fail_their_own_check_with_counts
         (73, None, 4_900, 2, 0, "unprovable"),
     ]
     data = datasets(spark, [(1, 1, 5)], [], [], checked=checked)
-    outcome = run(spark, gx_root, data_docs_assets, data, snapshot_rows=1)
+    outcome = validate_at(gx_root, data_docs_assets, data, snapshot_rows=1)
     [failed] = outcome.failed_checks
     assert (failed["dataset"], failed["check"]) == (
         "transactions",
@@ -259,15 +243,15 @@ def test_key_and_column_names_with_dots_and_spaces_are_checked_as_names(spark, g
     data = datasets(spark, [], [], [])
     data.update(lake_as_of=table, lake_table=table, lake_keys=lake_keys_dataset(table, key))
     columns = ["order.id", "line no", "qty"]
-    passed = run(
-        spark, gx_root, data_docs_assets, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted"
+    passed = validate_at(
+        gx_root, data_docs_assets, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted"
     )
     assert passed.success, describe(passed)
 
     doubled = spark.createDataFrame(lake_rows([(1, 1, 5), (1, 1, 6)]), schema)
     data.update(lake_as_of=doubled, lake_table=doubled, lake_keys=lake_keys_dataset(doubled, key))
-    failed = run(
-        spark, gx_root, data_docs_assets, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted"
+    failed = validate_at(
+        gx_root, data_docs_assets, data, snapshot_rows=2, key=key, columns=columns, table="public.dotted"
     )
     [unique] = failed.failed_checks
     assert unique["check"] == "primary-key uniqueness"
@@ -277,12 +261,12 @@ def test_key_and_column_names_with_dots_and_spaces_are_checked_as_names(spark, g
 def test_each_validation_renders_only_its_own_pages_and_the_index_links_every_run(spark, tmp_path, data_docs_assets):
     data = datasets(spark, [(1, 1, 5)], [('{"order_id":1,"line_no":1}', "c", 100, 1000, None, None)], [])
     first, second = "manual__2026-11-22T01:00:00+00:00", "manual__2026-11-22T02:00:00+00:00"
-    run(spark, tmp_path, data_docs_assets, data, snapshot_rows=1, run_id=first)
+    validate_at(tmp_path / "gx-project", data_docs_assets, data, snapshot_rows=1, run_id=first)
     site = data_docs_index(tmp_path / "gx-project").parent
     first_pages = {page: page.stat().st_mtime_ns for page in (site / "validations").rglob("*.html")}
     assert len(first_pages) == 8 and all(first in str(page) for page in first_pages)
 
-    run(spark, tmp_path, data_docs_assets, data, snapshot_rows=1, run_id=second)
+    validate_at(tmp_path / "gx-project", data_docs_assets, data, snapshot_rows=1, run_id=second)
     pages = list((site / "validations").rglob("*.html"))
     assert len(pages) == 16
     assert {page: page.stat().st_mtime_ns for page in pages if first in str(page)} == first_pages, "re-rendered"
