@@ -19,6 +19,7 @@ from . import names, storage
 from .column_lineage import ColumnLineage, with_column_metadata
 from .compaction import CDC_COLUMNS, TRUNCATE, fold_table, without_redeliveries
 from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions
+from .spark import kept
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -72,13 +73,14 @@ def touched_keys(inputs: FoldInputs, location: str) -> DataFrame | None:
     return changes.distinct()
 
 
-def merge_source(inputs: FoldInputs, keys: DataFrame) -> DataFrame:
-    """Each touched key's folded row, or a delete flag for a key the fold removes."""
+def merge_source(inputs: FoldInputs, keys: DataFrame, previous: DataFrame) -> DataFrame:
+    """Each touched key's folded row, or a delete flag for a key the fold removes.
+
+    ``previous``: the base version's rows of the touched ``keys`` (see :func:`touched_rows`).
+    """
     from pyspark.sql import functions as F
 
     key_columns = names.columns(inputs.key)
-    assert inputs.previous is not None
-    previous = inputs.previous.join(keys, [*inputs.key], "left_semi")
     upserts = fold_table(inputs.changelog, inputs.spec, inputs.key, previous=previous).withColumn(
         storage.DELETE_FLAG, F.lit(False)
     )
@@ -86,6 +88,12 @@ def merge_source(inputs: FoldInputs, keys: DataFrame) -> DataFrame:
         storage.DELETE_FLAG, F.lit(True)
     )
     return upserts.unionByName(deletes, allowMissingColumns=True)
+
+
+def touched_rows(inputs: FoldInputs, keys: DataFrame) -> DataFrame:
+    """The base version's rows of the touched keys."""
+    assert inputs.previous is not None
+    return inputs.previous.join(keys, [*inputs.key], "left_semi")
 
 
 def publish_fold(inputs: FoldInputs, location: str, run: str, *, full_rescan: bool) -> tuple[storage.Commit, str]:
@@ -97,7 +105,13 @@ def publish_fold(inputs: FoldInputs, location: str, run: str, *, full_rescan: bo
         reason = "the change feed of this run's earlier commit is unreadable"
     if reason is None and keys is not None:
         metadata["written_as"] = "merge"
-        commit = storage.merge(merge_source(inputs, keys), location, run, inputs.key, metadata=metadata)
+        # Kept: the fold reads the base rows in several branches, and on Spark Connect each branch
+        # lists the base version's files again when the query is planned.
+        keys = kept(keys)
+        previous = kept(touched_rows(inputs, keys))
+        commit = storage.merge(merge_source(inputs, keys, previous), location, run, inputs.key, metadata=metadata)
+        previous.unpersist()
+        keys.unpersist()
         return commit, "merge"
     table = fold_table(inputs.changelog, inputs.spec, inputs.key, previous=inputs.previous, resets=inputs.resets)
     if inputs.lineage is not None:

@@ -407,6 +407,13 @@ class TableRun:
             since = datetime.fromisoformat(str(previous.metadata["taken_at"])) - TRANSACTION_CLOCK_SKEW
             starts = kafka_offsets.offsets_since(self.kafka, topic, partitions, int(since.timestamp() * 1000))
         ends = sealing.end_offsets(self.kafka, topic, partitions)  # every END written by now, committed
+        log.info(
+            "%s: checking the transactions whose END records are in %s, offsets %s up to %s",
+            name,
+            topic,
+            {p: starts[p] for p in partitions},
+            {p: ends[p] for p in partitions},
+        )
         records = read_kafka_range(
             spark,
             self.kafka,
@@ -570,15 +577,20 @@ class TableRun:
         previous, _ = previous_table(self.spark, self.lake, self.run_id, versions)
         full_rescan = versions.full_rescan
         snapshot = snapshot_info(self.spark, self.lake, self.run_id)
+        conformed = self._conformed(previous, self._lineage(snapshot, previous))
         return _Inputs(
             snapshot=snapshot,
             source=source_rows(self.spark, self.lake, self.run_id),
-            previous=self._conformed(previous, self._lineage(snapshot, previous)),
+            # the fold reads the previous table in several branches, and on Spark Connect each branch
+            # lists its files again when the query is planned (31 times in a demo-size check): kept
+            previous=None if conformed is None else kept(conformed),
             history=None if full_rescan else self._rounds_before(),
         )
 
     def _forget_inputs(self) -> None:
-        self.__dict__.pop("_inputs", None)
+        inputs = self.__dict__.pop("_inputs", None)
+        if inputs is not None and inputs.previous is not None:
+            inputs.previous.unpersist()
 
     def _range_changelog(self, *, with_repairs: bool) -> DataFrame:
         """The run's changelog range (repairs included when asked), kept for the fold that reads it.
@@ -744,6 +756,7 @@ class TableRun:
         as_of.unpersist()
         diff.unpersist()
         changelog.unpersist()
+        self._forget_inputs()
         if self.settings.state_dsn:
             with self.state() as conn:
                 run_state.record_suite_outcome(conn, outcome.as_dict(), phase)
