@@ -34,6 +34,7 @@ POM_FILE = ROOT / "stack" / "pom.xml"
 REQUIREMENTS_FILE = ROOT / "requirements.txt"
 DEV_REQUIREMENTS_FILE = ROOT / "requirements-dev.txt"
 AIRFLOW_CFG = ROOT / "airflow.cfg"
+PRELOADING_EXECUTOR = "cdc_reconcile.orchestration.executor.PreloadingLocalExecutor"
 DAG_FILE = ROOT / "dags" / "cdc_reconciliation.py"
 PRODUCT = ROOT / "include" / "cdc_reconcile"
 
@@ -337,7 +338,7 @@ def task_runners(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
     executor = airflow_setting(services["airflow-scheduler"], "core", "executor")
     if executor == "CeleryExecutor":
         return {n: s for n, s in services.items() if airflow_command(s)[:2] == ["celery", "worker"]}
-    assert executor == "LocalExecutor", f"unexpected executor {executor!r}"
+    assert executor in ("LocalExecutor", PRELOADING_EXECUTOR), f"unexpected executor {executor!r}"
     return {n: s for n, s in services.items() if airflow_command(s)[:1] == ["scheduler"]}
 
 
