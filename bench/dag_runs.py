@@ -192,6 +192,9 @@ def spark_jobs_by_task(task_instances: list[dict[str, Any]], job_times: list[int
     return jobs
 
 
+PSS_EVERY = 8  # samples: the proportional set size every 2 s, resident memory every 0.25 s
+
+
 class TreeMemory:
     """Peak summed resident memory of process trees: the scheduler's (task runners and their JVMs) and,
     on Spark Connect, the server's."""
@@ -201,11 +204,14 @@ class TreeMemory:
         self.interval = interval
         self.peak_total = 0
         self.peak_jvm = 0
+        # resident memory summed per process counts pages forked processes share once per process; the
+        # proportional set size (PSS) splits them, so the tree's PSS is what it occupies
+        self.peak_pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tree-rss", daemon=True)
 
-    def _sample(self) -> None:
-        total = jvm = 0
+    def _sample(self, proportional_too: bool) -> None:
+        total = jvm = proportional = 0
         for root in self.root_pids:
             with contextlib.suppress(psutil.Error):
                 top = psutil.Process(root)
@@ -216,12 +222,18 @@ class TreeMemory:
                         total += rss
                         if "java" in process.name():
                             jvm += rss
+                    if proportional_too:  # reads /proc/<pid>/smaps: tens of ms for a JVM
+                        with contextlib.suppress(psutil.Error, AttributeError):
+                            proportional += process.memory_full_info().pss
         self.peak_total = max(self.peak_total, total)
         self.peak_jvm = max(self.peak_jvm, jvm)
+        self.peak_pss = max(self.peak_pss, proportional)
 
     def _run(self) -> None:
+        samples = 0
         while not self._stop.is_set():
-            self._sample()
+            self._sample(proportional_too=samples % PSS_EVERY == 0)
+            samples += 1
             self._stop.wait(self.interval)
 
     def __enter__(self) -> TreeMemory:
@@ -248,6 +260,25 @@ def task_seconds(task_instances: list[dict[str, Any]]) -> dict[str, float]:
     return seconds
 
 
+def idle_seconds(queued_at: str | None, end_date: str | None, task_instances: list[dict[str, Any]]) -> float:
+    """Seconds of the run, queued to end, in which none of its tasks ran: the scheduler's and the task
+    runners' own share (picking up the run, queueing each task, starting its process), not the work's."""
+    if not queued_at or not end_date:
+        return 0.0
+    spans = sorted(
+        (dt.datetime.fromisoformat(ti["start_date"]), dt.datetime.fromisoformat(ti["end_date"]))
+        for ti in task_instances
+        if ti.get("start_date") and ti.get("end_date")
+    )
+    idle, covered = 0.0, dt.datetime.fromisoformat(queued_at)
+    for start, end in spans:
+        if start > covered:
+            idle += (start - covered).total_seconds()
+        covered = max(covered, end)
+    idle += max(0.0, (dt.datetime.fromisoformat(end_date) - covered).total_seconds())
+    return round(idle, 1)
+
+
 def range_records(config: StackConfig, run_id: str, tables: list[str]) -> int:
     """Records in the run's sealed ranges of ``tables``, counted from Kafka's offsets (no product reader)."""
     total = 0
@@ -269,9 +300,17 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: flo
         "state": state,
         "seconds": round(_seconds(run.get("queued_at"), run.get("end_date")), 1),
         "tasks": task_seconds(task_instances),
+        "idle_seconds": idle_seconds(run.get("queued_at"), run.get("end_date"), task_instances),
+        # each task instance's start and end, to cut a Spark event log (or a profile) into tasks afterwards
+        "timeline": [
+            [ti["task_id"].rsplit(".", 1)[-1], ti.get("map_index", -1), ti["start_date"], ti["end_date"]]
+            for ti in sorted(task_instances, key=lambda ti: ti.get("start_date") or "")
+            if ti.get("start_date") and ti.get("end_date")
+        ],
         "spark_jobs": spark_jobs_by_task(task_instances, spark_job_times(events)),
         "peak_rss_mib": round(memory.peak_total / 2**20),
         "peak_jvm_rss_mib": round(memory.peak_jvm / 2**20),
+        "peak_pss_mib": round(memory.peak_pss / 2**20),
     }
 
 
@@ -380,9 +419,15 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         median = stats.summarise([r["tasks"].get(name, 0.0) for r in runs])["median"]
         jobs = runs[0]["spark_jobs"].get(name)
         lines.append(f"| {name} | {median:.1f} | {'-' if jobs is None else jobs} |")
+    idle = [r["idle_seconds"] for r in runs if "idle_seconds" in r]
+    if idle:
+        lines.append(f"| no task running (scheduling, task start-up) | {stats.summarise(idle)['median']:.1f} | - |")
     peak = stats.summarise([r["peak_rss_mib"] for r in runs])["median"]
     peak_jvm = stats.summarise([r["peak_jvm_rss_mib"] for r in runs])["median"]
     lines += ["", f"Peak resident memory of the scheduler's tree: median {peak:,.0f} MiB (JVMs {peak_jvm:,.0f} MiB)"]
+    pss = [r["peak_pss_mib"] for r in runs if "peak_pss_mib" in r]
+    if pss:
+        lines[-1] += f"; proportional (shared pages counted once): {stats.summarise(pss)['median']:,.0f} MiB"
     return lines
 
 

@@ -108,6 +108,9 @@ def inject_snapshot_rerun(stack: Stack, rows: int) -> dict[str, Any]:
     return {"rounds": {txid: len(keys) for txid, keys in sorted(rounds.items())}, "read_again": read_again}
 
 
+TASK_PAGE = 100  # task instances per API call (Airflow's maximum_page_limit default)
+
+
 class AirflowApi:
     """The few REST calls the demo makes, authenticated like the UI's user."""
 
@@ -127,6 +130,16 @@ class AirflowApi:
         response.raise_for_status()
         return response.json()
 
+    def task_instances(self, run_id: str) -> list[dict[str, Any]]:
+        """Every task instance of a run: the API returns a page of 50 unless asked (a run over ten
+        tables has over 100), so this pages through them."""
+        path, found = f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", []
+        while True:
+            page = self.get(f"{path}?limit={TASK_PAGE}&offset={len(found)}")
+            found += page["task_instances"]
+            if not page["task_instances"] or len(found) >= page["total_entries"]:
+                return found
+
     def trigger(self, conf: dict[str, Any]) -> str:
         response = self.session.post(
             f"{self.base}/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf}, timeout=30
@@ -140,7 +153,7 @@ def follow_run(api: AirflowApi, run_id: str, timeout: float) -> tuple[str, list[
     seen: dict[tuple[str, int], str] = {}
     deadline = time.monotonic() + timeout
     while True:
-        tasks = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        tasks = api.task_instances(run_id)
         for ti in sorted(tasks, key=lambda t: t.get("start_date") or "~"):
             name = (ti["task_id"], ti.get("map_index", -1))
             if ti.get("state") and seen.get(name) != ti["state"] and ti["state"] not in ("scheduled", "queued"):

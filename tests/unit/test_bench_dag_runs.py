@@ -30,6 +30,22 @@ def test_task_seconds_sum_mapped_instances_under_their_short_name() -> None:
     assert dag_runs.task_seconds(instances) == {"plan_tables": 2.0, "compact_cdc": 40.5, "reconcile": 0.0}
 
 
+def test_idle_seconds_are_the_run_time_in_which_no_task_ran() -> None:
+    def at(second: float) -> str:
+        return (dt.datetime(2026, 1, 1, 10, tzinfo=dt.UTC) + dt.timedelta(seconds=second)).isoformat()
+
+    instances = [
+        {"task_id": "plan_tables", "start_date": at(3), "end_date": at(5)},
+        {"task_id": "reconcile_table.compact_cdc", "map_index": 0, "start_date": at(6), "end_date": at(20)},
+        {"task_id": "reconcile_table.compact_cdc", "map_index": 1, "start_date": at(8), "end_date": at(12)},
+        {"task_id": "reconcile_table.validate", "map_index": 0, "start_date": at(21.5), "end_date": at(30)},
+        {"task_id": "reconcile_table.reconcile", "start_date": None, "end_date": None},
+    ]
+    # queued at 0: 3 s before the first task, 1 s and 1.5 s between tasks, 2 s after the last
+    assert dag_runs.idle_seconds(at(0), at(32), instances) == 7.5
+    assert dag_runs.idle_seconds(None, at(32), instances) == 0.0
+
+
 def test_spark_jobs_belong_to_the_task_running_when_they_were_submitted(tmp_path) -> None:
     def ms(at: str) -> int:
         return int(dt.datetime.fromisoformat(at).timestamp() * 1000)
@@ -73,8 +89,10 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
             "seconds": seconds,
             "tasks": {"compact_cdc": compact},
             "spark_jobs": {"compact_cdc": 9},
+            "idle_seconds": seconds / 10,
             "peak_rss_mib": 3000,
             "peak_jvm_rss_mib": 2500,
+            "peak_pss_mib": 2000,
         }
 
     result = {
@@ -85,7 +103,8 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
     text = "\n".join(dag_runs.summary_lines(result))
     assert "median 90.0 s (min 80.0, max 100.0, n=3) (target <= 60 s: missed)" in text
     assert "| compact_cdc | 40.0 | 9 |" in text
-    assert "median 3,000 MiB (JVMs 2,500 MiB)" in text
+    assert "| no task running (scheduling, task start-up) | 9.0 | - |" in text
+    assert "median 3,000 MiB (JVMs 2,500 MiB); proportional (shared pages counted once): 2,000 MiB" in text
 
 
 def test_a_compared_spark_setting_reaches_the_spark_defaults_beside_the_event_log(tmp_path, monkeypatch) -> None:
@@ -127,3 +146,26 @@ def test_the_summary_of_several_tables_says_the_sizes_are_per_table() -> None:
     assert dag_runs.summary_lines(result)[0] == (
         "## ten-tables: 10 tables, 100,000 rows, 10,000 changes per run per table"
     )
+
+
+def test_every_task_instance_of_a_run_is_read_past_the_apis_first_page() -> None:
+    """Airflow's REST API gives 50 task instances unless asked; a ten-table run has 111."""
+    from urllib.parse import parse_qs, urlparse
+
+    from cdc_dev.demo import AirflowApi
+
+    instances = [{"task_id": "reconcile_table.compact_cdc", "map_index": i} for i in range(111)]
+    asked = []
+
+    class Pages(AirflowApi):
+        def __init__(self) -> None:  # no server: the pages below are what Airflow answers
+            pass
+
+        def get(self, path: str) -> dict:
+            query = parse_qs(urlparse(path).query)
+            limit, offset = min(int(query["limit"][0]), 100), int(query["offset"][0])
+            asked.append((limit, offset))
+            return {"task_instances": instances[offset : offset + limit], "total_entries": len(instances)}
+
+    assert Pages().task_instances("manual__1") == instances
+    assert asked == [(100, 0), (100, 100)]
