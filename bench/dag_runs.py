@@ -163,33 +163,48 @@ def spark_event_logs(run_dir: Path, extra: dict[str, str] | None = None) -> Path
     return events
 
 
-def spark_job_times(events: Path) -> list[int]:
-    """Submission time (epoch ms) of every Spark job in the event logs: one log per ``spark-submit``
-    application, or the Spark Connect server's one log for all tasks."""
-    times = []
+def spark_job_times(events: Path) -> list[tuple[int, str | None]]:
+    """Every Spark job in the event logs: its submission time (epoch ms) and the name of the session that
+    submitted it (``<job>:<table>``, set by the job's ``build_session``), from one log per
+    ``spark-submit`` application or the Spark Connect server's one log for all tasks."""
+    jobs = []
     for log in sorted(events.iterdir()):
         if not log.is_file():
             continue
         with log.open() as lines:
             for line in lines:
                 if '"SparkListenerJobStart"' in line:
-                    times.append(json.loads(line).get("Submission Time", 0))
-    return times
+                    event = json.loads(line)
+                    jobs.append((event.get("Submission Time", 0), event.get("Properties", {}).get("spark.app.name")))
+    return jobs
 
 
-def spark_jobs_by_task(task_instances: list[dict[str, Any]], job_times: list[int]) -> dict[str, int]:
-    """Spark jobs per task: a job belongs to the task instance running when it was submitted."""
-    jobs: dict[str, int] = {}
+def _runs_job(ti: dict[str, Any], session: str | None) -> bool:
+    """Whether the task instance can have submitted a job of ``session`` (``<job>:<table>``): its task is
+    that job's (``validate`` runs for ``validate`` and ``validate_repaired``) over that table. A job
+    without a session name could be any task's."""
+    if not session or ":" not in session:
+        return True
+    job, table = session.split(":", 1)
+    mapped_table = ti.get("rendered_map_index")
+    return ti["task_id"].rsplit(".", 1)[-1].startswith(job) and (not mapped_table or mapped_table == table)
+
+
+def spark_jobs_by_task(task_instances: list[dict[str, Any]], jobs: list[tuple[int, str | None]]) -> dict[str, int]:
+    """Spark jobs per task: a job belongs to the task instance that was running when it was submitted
+    and whose task and table its session names, so tasks running side by side on one server (mapped over
+    tables) do not count each other's jobs."""
+    counts: dict[str, int] = {}
     for ti in task_instances:
         if not ti.get("start_date") or not ti.get("end_date"):
             continue
         start = dt.datetime.fromisoformat(ti["start_date"]).timestamp() * 1000
         end = dt.datetime.fromisoformat(ti["end_date"]).timestamp() * 1000
-        count = sum(1 for submitted in job_times if start <= submitted <= end)
+        count = sum(1 for submitted, session in jobs if start <= submitted <= end and _runs_job(ti, session))
         if count:
             name = ti["task_id"].rsplit(".", 1)[-1]
-            jobs[name] = jobs.get(name, 0) + count
-    return jobs
+            counts[name] = counts.get(name, 0) + count
+    return counts
 
 
 PSS_EVERY = 8  # samples: the proportional set size every 2 s, resident memory every 0.25 s
@@ -245,6 +260,39 @@ class TreeMemory:
         self._thread.join()
 
 
+class CpuUse:
+    """CPU over a run: how busy the machine's cores were, and the seconds the Spark Connect server's JVM
+    spent. A run whose cores were nearly all busy is bound by its work; one with idle cores waits (on
+    round trips, the scheduler, a single-threaded step)."""
+
+    def __init__(self, server_pids: list[int]) -> None:
+        self.server_pids = server_pids
+        self.busy_share = 0.0
+        self.server_seconds = 0.0
+
+    def _server(self) -> float:
+        seconds = 0.0
+        for pid in self.server_pids:
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(pid).cpu_times()
+                seconds += times.user + times.system
+        return seconds
+
+    def __enter__(self) -> CpuUse:
+        self._machine = psutil.cpu_times()
+        self._server_start = self._server()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = psutil.cpu_times()
+        total = sum(after) - sum(self._machine)
+        idle = (after.idle + getattr(after, "iowait", 0.0)) - (
+            self._machine.idle + getattr(self._machine, "iowait", 0.0)
+        )
+        self.busy_share = max(0.0, 1 - idle / total) if total > 0 else 0.0
+        self.server_seconds = self._server() - self._server_start
+
+
 def _seconds(start: str | None, end: str | None) -> float:
     if not start or not end:
         return 0.0
@@ -291,7 +339,7 @@ def range_records(config: StackConfig, run_id: str, tables: list[str]) -> int:
 
 def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: float, tables: list[str]) -> dict:
     roots = [stack.airflow.processes["scheduler"].pid(), *stack.spark_connect.pids()]
-    with TreeMemory([pid for pid in roots if pid]) as memory:
+    with TreeMemory([pid for pid in roots if pid]) as memory, CpuUse(stack.spark_connect.pids()) as cpu:
         run_id = api.trigger({"tables": tables})
         state, task_instances = follow_run(api, run_id, timeout)
     run = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}")
@@ -311,6 +359,8 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: flo
         "peak_rss_mib": round(memory.peak_total / 2**20),
         "peak_jvm_rss_mib": round(memory.peak_jvm / 2**20),
         "peak_pss_mib": round(memory.peak_pss / 2**20),
+        "cpu_busy_share": round(cpu.busy_share, 3),
+        "server_cpu_seconds": round(cpu.server_seconds, 1),
     }
 
 
@@ -428,6 +478,13 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     pss = [r["peak_pss_mib"] for r in runs if "peak_pss_mib" in r]
     if pss:
         lines[-1] += f"; proportional (shared pages counted once): {stats.summarise(pss)['median']:,.0f} MiB"
+    busy = [r["cpu_busy_share"] for r in runs if "cpu_busy_share" in r]
+    if busy:
+        server = stats.summarise([r["server_cpu_seconds"] for r in runs])["median"]
+        lines.append(
+            f"CPU: the machine's cores {stats.summarise(busy)['median']:.0%} busy over the run (median); "
+            f"the Spark Connect server's JVM {server:,.1f} CPU seconds"
+        )
     return lines
 
 

@@ -82,6 +82,51 @@ def test_spark_jobs_belong_to_the_task_running_when_they_were_submitted(tmp_path
     }
 
 
+def test_side_by_side_tasks_on_one_server_count_only_their_own_sessions_jobs(tmp_path) -> None:
+    """Mapped tasks over two tables overlap on the server; each job names its session (``<job>:<table>``),
+    so a task instance counts its own table's jobs of its own job, not its neighbours'."""
+
+    def ms(at: str) -> int:
+        return int(dt.datetime.fromisoformat(at).timestamp() * 1000)
+
+    def job(i: int, at: str, session: str) -> dict:
+        return {
+            "Event": "SparkListenerJobStart",
+            "Job ID": i,
+            "Submission Time": ms(at),
+            "Properties": {"spark.app.name": session},
+        }
+
+    at = "2026-01-01T10:01:30+00:00"
+    lines = [
+        job(0, at, "compact_cdc:public.a"),
+        job(1, at, "compact_cdc:public.a"),
+        job(2, at, "compact_cdc:public.b"),
+        job(3, at, "validate:public.a"),
+        {"Event": "SparkListenerJobStart", "Job ID": 4, "Submission Time": ms(at), "Properties": {}},
+    ]
+    (tmp_path / "app-1").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+
+    def instance(task: str, table: str) -> dict:
+        return {
+            "task_id": f"reconcile_table.{task}",
+            "rendered_map_index": table,
+            "start_date": "2026-01-01T10:01:00+00:00",
+            "end_date": "2026-01-01T10:02:00+00:00",
+        }
+
+    tasks = [
+        instance("compact_cdc", "public.a"),
+        instance("compact_cdc", "public.b"),
+        instance("decide_repair", "public.b"),
+    ]
+    # compact_cdc: a's two, b's one, and the unnamed job once for each instance; decide_repair: only the unnamed job
+    assert dag_runs.spark_jobs_by_task(tasks, dag_runs.spark_job_times(tmp_path)) == {
+        "compact_cdc": 5,
+        "decide_repair": 1,
+    }
+
+
 def test_the_summary_gives_medians_and_judges_the_target() -> None:
     def run(seconds: float, compact: float) -> dict:
         return {
@@ -93,6 +138,8 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
             "peak_rss_mib": 3000,
             "peak_jvm_rss_mib": 2500,
             "peak_pss_mib": 2000,
+            "cpu_busy_share": seconds / 100,
+            "server_cpu_seconds": seconds,
         }
 
     result = {
@@ -105,6 +152,24 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
     assert "| compact_cdc | 40.0 | 9 |" in text
     assert "| no task running (scheduling, task start-up) | 9.0 | - |" in text
     assert "median 3,000 MiB (JVMs 2,500 MiB); proportional (shared pages counted once): 2,000 MiB" in text
+    assert "cores 90% busy over the run (median); the Spark Connect server's JVM 90.0 CPU seconds" in text
+
+
+def test_cpu_use_counts_the_servers_own_seconds_and_the_machines_busy_share() -> None:
+    """The meter reads the kernel's counters: a process that spins for a while shows as CPU seconds of
+    its own, and the machine was busy for at least that share of one core."""
+    import os
+    import time
+
+    with dag_runs.CpuUse([os.getpid()]) as cpu:
+        spun_until = time.process_time() + 0.5
+        while time.process_time() < spun_until:
+            pass
+    assert cpu.server_seconds >= 0.45
+    assert 0.0 < cpu.busy_share <= 1.0
+    with dag_runs.CpuUse([2**22 + 7]) as gone:  # no such process: nothing counted, nothing raised
+        pass
+    assert gone.server_seconds == 0.0
 
 
 def test_a_compared_spark_setting_reaches_the_spark_defaults_beside_the_event_log(tmp_path, monkeypatch) -> None:
