@@ -1,6 +1,6 @@
 """The expectation suite, as Great Expectations code run on Spark DataFrames.
 
-Seven datasets of one run are validated, each by its own suite:
+Eight datasets of one run are validated, each by its own suite:
 
 * ``lake_as_of``: the lake table as of the run's snapshot. Row-count parity with the snapshot. GX's
   ``ExpectTableRowCountToEqualOtherTable`` cannot compare two Spark DataFrames, so the snapshot's row
@@ -41,7 +41,9 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,8 @@ from .shared_storage import check_reachable, is_url, join, normalize_url, storab
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
 
 SUITE = "cdc_reconciliation"
 DATASETS = (
@@ -297,11 +301,13 @@ def run_suite(
     data_docs_assets: str | Path | None,
     lock: contextlib.AbstractContextManager[Any] | None = None,
 ) -> SuiteOutcome:
-    """Validate the run's datasets, store the results, rebuild Data Docs, and summarise.
+    """Validate the run's datasets, store the results, render their Data Docs pages, and summarise.
 
-    ``data_docs_assets``: the folder the Data Docs' CDN files are served from (``$CDC_DATA_DOCS_ASSETS``);
-    None keeps the CDN links. ``lock``: held while the GX project's stores and Data Docs are written
-    (mapped validate tasks share them); by default :func:`file_lock`. An expectation that raises counts
+    The expectations run in an in-memory GX context, outside ``lock``: their metrics are Spark queries,
+    and mapped validate tasks of a run compute them side by side. ``lock`` (by default :func:`file_lock`)
+    is held only while the GX project is written: suites, validation definitions, the results and the
+    pages, which the mapped tasks share. ``data_docs_assets``: the folder the Data Docs' CDN files are
+    served from (``$CDC_DATA_DOCS_ASSETS``); None keeps the CDN links. An expectation that raises counts
     as failed: a suite that cannot run must never pass.
     """
     if data_docs_assets is not None:
@@ -314,8 +320,27 @@ def run_suite(
     if shared:
         check_reachable(str(root))
     index = data_docs_index(root)
+    # GX stores results and pages under the run name: HDFS refuses the ':' of an Airflow run id
+    run = RunIdentifier(run_name=storable_name(root, f"{run_id} {table} {phase}"))
+    expectation_parameters = dict(parameters)
+    if "lake_columns" in expectation_parameters:
+        expectation_parameters["lake_columns"] = [gx_column(c) for c in expectation_parameters["lake_columns"]]
+    scratch = gx.get_context(mode="ephemeral")
+    computing = _definitions(scratch, table, key)
     checks: list[dict[str, Any]] = []
+    results = {}
+    for dataset in DATASETS:
+        results[dataset] = computing[dataset].run(
+            batch_parameters={"dataframe": datasets[dataset]},
+            expectation_parameters=expectation_parameters,
+            result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_SIZE},
+            run_id=run,
+        )
+        checks.extend(_check(dataset, r) for r in results[dataset].results)
+    computed = {key.expectation_suite_identifier.name: key for key in scratch.validation_results_store.list_keys()}
+    waited = time.monotonic()
     with lock if lock is not None else file_lock(root):
+        held = time.monotonic()
         if shared:
             from .gx_storage import shared_context
 
@@ -323,25 +348,24 @@ def run_suite(
         else:
             context = gx.get_context(mode="file", project_root_dir=str(root))
         definitions = _definitions(context, table, key)
-        # GX stores results and pages under the run name: HDFS refuses the ':' of an Airflow run id
-        run = RunIdentifier(run_name=storable_name(root, f"{run_id} {table} {phase}"))
-        expectation_parameters = dict(parameters)
-        if "lake_columns" in expectation_parameters:
-            expectation_parameters["lake_columns"] = [gx_column(c) for c in expectation_parameters["lake_columns"]]
-        for dataset in DATASETS:
-            result = definitions[dataset].run(
-                batch_parameters={"dataframe": datasets[dataset]},
-                expectation_parameters=expectation_parameters,
-                result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_SIZE},
-                run_id=run,
+        for dataset, result in results.items():
+            result.meta["validation_id"] = definitions[dataset].id
+            context.validation_results_store.store_validation_results(
+                suite_validation_result=result,
+                suite_validation_result_identifier=computed[definitions[dataset].suite.name],
             )
-            checks.extend(_check(dataset, r) for r in result.results)
         rendered = build_run_pages(context, run.run_name, [d.suite.name for d in definitions.values()])
         if shared:
             site = str(index).rsplit("/", 1)[0]
             finish_site(site, data_docs_assets, pages=_site_pages(context, site, rendered))
         else:
             finish_site(Path(index).parent, data_docs_assets)
+        log.info(
+            "%s: Great Expectations project written in %.2f s, after %.2f s waiting for its lock",
+            table,
+            time.monotonic() - held,
+            held - waited,
+        )
     return SuiteOutcome(
         table=table,
         run_id=run_id,

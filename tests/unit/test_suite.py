@@ -276,3 +276,41 @@ def test_each_validation_renders_only_its_own_pages_and_the_index_links_every_ru
 
     config = yaml.safe_load((tmp_path / "gx-project" / "gx" / "great_expectations.yml").read_text())
     assert config["data_docs_sites"]["local_site"]["site_index_builder"]["validation_results_limit"] == INDEX_LIMIT
+
+
+def test_the_expectations_compute_before_the_project_lock_and_no_spark_job_runs_while_it_is_held(
+    spark, tmp_path, data_docs_assets
+):
+    """Mapped validate tasks share the GX project's lock; their metrics are Spark queries, so they run
+    before it is taken (side by side across tables), and only the project's writes run under it."""
+    tracker = spark.sparkContext.statusTracker()
+
+    class RecordingLock:
+        def __enter__(self):
+            self.jobs_at_entry = set(tracker.getJobIdsForGroup())
+            return self
+
+        def __exit__(self, *exc):
+            self.jobs_at_exit = set(tracker.getJobIdsForGroup())
+            return False
+
+    lock = RecordingLock()
+    before = set(tracker.getJobIdsForGroup())
+    data = datasets(spark, [(1, 1, 5), (2, 1, 7)], [('{"order_id":1,"line_no":1}', "c", 100, 1000, None, None)], [])
+    outcome = run_suite(
+        data,
+        table="public.order_lines",
+        run_id="manual__2026-11-28T00:00:00+00:00",
+        phase="before_repair",
+        key=KEY,
+        parameters={"snapshot_row_count": 2, "lake_columns": [*COLUMNS, *CDC_COLUMNS]},
+        counts={},
+        gx_root=tmp_path / "gx-project",
+        data_docs_assets=data_docs_assets,
+        lock=lock,
+    )
+    assert outcome.success, describe(outcome)
+    assert lock.jobs_at_entry - before, "the expectations' metrics ran as Spark jobs before the lock"
+    assert lock.jobs_at_exit == lock.jobs_at_entry, "no Spark job ran while the project's lock was held"
+    stored = list((tmp_path / "gx-project" / "gx" / "uncommitted" / "validations").rglob("*.json"))
+    assert len(stored) == len(DATASETS), "every dataset's result is stored in the project, not only computed"
