@@ -30,6 +30,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -327,6 +328,24 @@ def idle_seconds(queued_at: str | None, end_date: str | None, task_instances: li
     return round(idle, 1)
 
 
+FINISHED = re.compile(r"^(\S+) .*TaskInstance Finished: .*?run_id=(\S+), .*?run_end_date=([^,]+),")
+
+
+def slot_release_delays(scheduler_log: Path, run_id: str) -> list[float]:
+    """Per task instance of the run: seconds from its recorded end to the scheduler hearing from the
+    executor that it finished, by the scheduler's log. The executor's slot is taken until then, so with
+    every slot busy the next task waits that long."""
+    delays = []
+    with contextlib.suppress(OSError), scheduler_log.open() as lines:
+        for line in lines:
+            found = FINISHED.match(line) if "TaskInstance Finished" in line else None
+            if found and found[2] == run_id and found[3] != "None":
+                heard = dt.datetime.fromisoformat(found[1])
+                ended = dt.datetime.fromisoformat(found[3])
+                delays.append(round((heard - ended).total_seconds(), 2))
+    return delays
+
+
 def range_records(config: StackConfig, run_id: str, tables: list[str]) -> int:
     """Records in the run's sealed ranges of ``tables``, counted from Kafka's offsets (no product reader)."""
     total = 0
@@ -343,6 +362,7 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: flo
         run_id = api.trigger({"tables": tables})
         state, task_instances = follow_run(api, run_id, timeout)
     run = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}")
+    released = slot_release_delays(stack.airflow.processes["scheduler"].log_file, run_id)
     return {
         "run_id": run_id,
         "state": state,
@@ -359,6 +379,8 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: flo
         "peak_rss_mib": round(memory.peak_total / 2**20),
         "peak_jvm_rss_mib": round(memory.peak_jvm / 2**20),
         "peak_pss_mib": round(memory.peak_pss / 2**20),
+        "slot_release_seconds": round(sum(released), 1),
+        "slot_release_longest": max(released, default=0.0),
         "cpu_busy_share": round(cpu.busy_share, 3),
         "server_cpu_seconds": round(cpu.server_seconds, 1),
     }
@@ -478,6 +500,13 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     pss = [r["peak_pss_mib"] for r in runs if "peak_pss_mib" in r]
     if pss:
         lines[-1] += f"; proportional (shared pages counted once): {stats.summarise(pss)['median']:,.0f} MiB"
+    released = [r for r in runs if "slot_release_seconds" in r]
+    if released:
+        lines.append(
+            "Executor slots held after their task ended: median "
+            f"{stats.summarise([r['slot_release_seconds'] for r in released])['median']:.1f} s per run "
+            f"(longest single wait {max(r['slot_release_longest'] for r in released):.1f} s)"
+        )
     busy = [r["cpu_busy_share"] for r in runs if "cpu_busy_share" in r]
     if busy:
         server = stats.summarise([r["server_cpu_seconds"] for r in runs])["median"]

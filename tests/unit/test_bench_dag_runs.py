@@ -138,6 +138,8 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
             "peak_rss_mib": 3000,
             "peak_jvm_rss_mib": 2500,
             "peak_pss_mib": 2000,
+            "slot_release_seconds": seconds / 20,
+            "slot_release_longest": 5.1,
             "cpu_busy_share": seconds / 100,
             "server_cpu_seconds": seconds,
         }
@@ -152,6 +154,7 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
     assert "| compact_cdc | 40.0 | 9 |" in text
     assert "| no task running (scheduling, task start-up) | 9.0 | - |" in text
     assert "median 3,000 MiB (JVMs 2,500 MiB); proportional (shared pages counted once): 2,000 MiB" in text
+    assert "Executor slots held after their task ended: median 4.5 s per run (longest single wait 5.1 s)" in text
     assert "cores 90% busy over the run (median); the Spark Connect server's JVM 90.0 CPU seconds" in text
 
 
@@ -234,3 +237,31 @@ def test_every_task_instance_of_a_run_is_read_past_the_apis_first_page() -> None
 
     assert Pages().task_instances("manual__1") == instances
     assert asked == [(100, 0), (100, 100)]
+
+
+def test_slot_release_delays_are_read_from_the_schedulers_log_for_one_run(tmp_path) -> None:
+    run = "manual__2026-11-28T12:26:31.953330+00:00"
+    other = "manual__2026-11-28T12:28:04.870213+00:00"
+
+    def finished(heard: str, task: str, run_id: str, end: str) -> str:
+        return (
+            f"{heard} [info     ] TaskInstance Finished: dag_id=cdc_reconciliation, task_id={task}, run_id={run_id}, "
+            f"map_index=0, ti_id=01a2, run_start_date=2026-11-28 12:26:46.089534+00:00, run_end_date={end}, "
+            "run_duration=46.79, state=success, executor=PreloadingLocalExecutor(parallelism=4)"
+        )
+
+    log = tmp_path / "airflow-scheduler.log"
+    log.write_text(
+        "\n".join(
+            [
+                "2026-11-28T12:27:38.005313Z [info     ] Received executor event with state success",
+                finished("2026-11-28T12:27:38.010294Z", "compact_cdc", run, "2026-11-28 12:27:32.885387+00:00"),
+                finished("2026-11-28T12:27:57.418626Z", "validate", run, "2026-11-28 12:27:57.124245+00:00"),
+                finished("2026-11-28T12:28:05.347015Z", "plan_tables", other, "2026-11-28 12:28:05.059122+00:00"),
+                finished("2026-11-28T12:28:06.000000Z", "reconcile", run, "None"),
+            ]
+        )
+        + "\n"
+    )
+    assert dag_runs.slot_release_delays(log, run) == [5.12, 0.29]
+    assert dag_runs.slot_release_delays(tmp_path / "missing.log", run) == []
