@@ -261,27 +261,36 @@ class TreeMemory:
         self._thread.join()
 
 
-class CpuUse:
-    """CPU over a run: how busy the machine's cores were, and the seconds the Spark Connect server's JVM
-    spent. A run whose cores were nearly all busy is bound by its work; one with idle cores waits (on
-    round trips, the scheduler, a single-threaded step)."""
-
-    def __init__(self, server_pids: list[int]) -> None:
-        self.server_pids = server_pids
-        self.busy_share = 0.0
-        self.server_seconds = 0.0
-
-    def _server(self) -> float:
-        seconds = 0.0
-        for pid in self.server_pids:
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of a process and its descendants, with those of the children they have reaped (a task
+    process that exited counts in the worker that waited for it)."""
+    seconds = 0.0
+    with contextlib.suppress(psutil.Error):
+        top = psutil.Process(root)
+        for process in [top, *top.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
-                times = psutil.Process(pid).cpu_times()
-                seconds += times.user + times.system
-        return seconds
+                times = process.cpu_times()
+                seconds += times.user + times.system + times.children_user + times.children_system
+    return seconds
+
+
+class CpuUse:
+    """CPU over a run: how busy the machine's cores were, and the seconds each service's process tree
+    spent (the Spark Connect server, the Airflow scheduler with its task processes, PostgreSQL...). A run
+    whose cores were nearly all busy is bound by its work; one with idle cores waits (on round trips, the
+    scheduler, a single-threaded step)."""
+
+    def __init__(self, services: dict[str, list[int]]) -> None:
+        self.services = services
+        self.busy_share = 0.0
+        self.seconds: dict[str, float] = {}
+
+    def _per_service(self) -> dict[str, float]:
+        return {name: sum(tree_cpu_seconds(pid) for pid in pids) for name, pids in self.services.items()}
 
     def __enter__(self) -> CpuUse:
         self._machine = psutil.cpu_times()
-        self._server_start = self._server()
+        self._start = self._per_service()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -291,7 +300,18 @@ class CpuUse:
             self._machine.idle + getattr(self._machine, "iowait", 0.0)
         )
         self.busy_share = max(0.0, 1 - idle / total) if total > 0 else 0.0
-        self.server_seconds = self._server() - self._server_start
+        end = self._per_service()
+        self.seconds = {name: round(max(0.0, end[name] - self._start[name]), 1) for name in end}
+
+
+def stack_services(stack: Stack) -> dict[str, list[int]]:
+    """The process trees of the stack's services, by name, for :class:`CpuUse`."""
+    services = {f"airflow {name}": [process.pid()] for name, process in stack.airflow.processes.items()}
+    services["spark connect server"] = stack.spark_connect.pids()
+    services["postgresql"] = stack.postgres.server_pids()
+    services["kafka"] = [stack.kafka.process.pid()]
+    services["kafka connect"] = [stack.connect.process.pid()]
+    return {name: [pid for pid in pids if pid] for name, pids in services.items()}
 
 
 def _seconds(start: str | None, end: str | None) -> float:
@@ -358,7 +378,7 @@ def range_records(config: StackConfig, run_id: str, tables: list[str]) -> int:
 
 def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: float, tables: list[str]) -> dict:
     roots = [stack.airflow.processes["scheduler"].pid(), *stack.spark_connect.pids()]
-    with TreeMemory([pid for pid in roots if pid]) as memory, CpuUse(stack.spark_connect.pids()) as cpu:
+    with TreeMemory([pid for pid in roots if pid]) as memory, CpuUse(stack_services(stack)) as cpu:
         run_id = api.trigger({"tables": tables})
         state, task_instances = follow_run(api, run_id, timeout)
     run = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}")
@@ -382,7 +402,7 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: flo
         "slot_release_seconds": round(sum(released), 1),
         "slot_release_longest": max(released, default=0.0),
         "cpu_busy_share": round(cpu.busy_share, 3),
-        "server_cpu_seconds": round(cpu.server_seconds, 1),
+        "cpu_seconds": cpu.seconds,
     }
 
 
@@ -507,12 +527,16 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             f"{stats.summarise([r['slot_release_seconds'] for r in released])['median']:.1f} s per run "
             f"(longest single wait {max(r['slot_release_longest'] for r in released):.1f} s)"
         )
-    busy = [r["cpu_busy_share"] for r in runs if "cpu_busy_share" in r]
+    busy = [r for r in runs if "cpu_seconds" in r]
     if busy:
-        server = stats.summarise([r["server_cpu_seconds"] for r in runs])["median"]
+        services = {name for r in busy for name in r["cpu_seconds"]}
+        seconds = {
+            name: stats.summarise([r["cpu_seconds"].get(name, 0.0) for r in busy])["median"] for name in services
+        }
         lines.append(
-            f"CPU: the machine's cores {stats.summarise(busy)['median']:.0%} busy over the run (median); "
-            f"the Spark Connect server's JVM {server:,.1f} CPU seconds"
+            f"CPU: the machine's cores {stats.summarise([r['cpu_busy_share'] for r in busy])['median']:.0%} busy over "
+            "the run; CPU seconds per service (medians): "
+            + ", ".join(f"{name} {value:,.1f}" for name, value in sorted(seconds.items(), key=lambda kv: -kv[1]))
         )
     return lines
 

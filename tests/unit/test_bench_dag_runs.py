@@ -141,7 +141,7 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
             "slot_release_seconds": seconds / 20,
             "slot_release_longest": 5.1,
             "cpu_busy_share": seconds / 100,
-            "server_cpu_seconds": seconds,
+            "cpu_seconds": {"spark connect server": seconds, "airflow scheduler": seconds / 2},
         }
 
     result = {
@@ -155,24 +155,25 @@ def test_the_summary_gives_medians_and_judges_the_target() -> None:
     assert "| no task running (scheduling, task start-up) | 9.0 | - |" in text
     assert "median 3,000 MiB (JVMs 2,500 MiB); proportional (shared pages counted once): 2,000 MiB" in text
     assert "Executor slots held after their task ended: median 4.5 s per run (longest single wait 5.1 s)" in text
-    assert "cores 90% busy over the run (median); the Spark Connect server's JVM 90.0 CPU seconds" in text
+    assert (
+        "cores 90% busy over the run; CPU seconds per service (medians): "
+        "spark connect server 90.0, airflow scheduler 45.0" in text
+    )
 
 
-def test_cpu_use_counts_the_servers_own_seconds_and_the_machines_busy_share() -> None:
-    """The meter reads the kernel's counters: a process that spins for a while shows as CPU seconds of
-    its own, and the machine was busy for at least that share of one core."""
+def test_cpu_use_counts_each_services_tree_with_its_reaped_children_and_the_machines_busy_share() -> None:
+    """The meter reads the kernel's counters: a child that spins and exits while the run goes on is
+    counted in the service whose process reaped it, and the machine was busy at least that long."""
     import os
-    import time
+    import subprocess
+    import sys
 
-    with dag_runs.CpuUse([os.getpid()]) as cpu:
-        spun_until = time.process_time() + 0.5
-        while time.process_time() < spun_until:
-            pass
-    assert cpu.server_seconds >= 0.45
+    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    with dag_runs.CpuUse({"bench": [os.getpid()], "gone": [2**22 + 7]}) as cpu:
+        subprocess.run([sys.executable, "-c", spin], check=True)  # exits and is reaped before the run ends
+    assert cpu.seconds["bench"] >= 0.45
+    assert cpu.seconds["gone"] == 0.0  # no such process: nothing counted, nothing raised
     assert 0.0 < cpu.busy_share <= 1.0
-    with dag_runs.CpuUse([2**22 + 7]) as gone:  # no such process: nothing counted, nothing raised
-        pass
-    assert gone.server_seconds == 0.0
 
 
 def test_a_compared_spark_setting_reaches_the_spark_defaults_beside_the_event_log(tmp_path, monkeypatch) -> None:
