@@ -337,7 +337,8 @@ def run_suite(
             run_id=run,
         )
         checks.extend(_check(dataset, r) for r in results[dataset].results)
-    computed = {key.expectation_suite_identifier.name: key for key in scratch.validation_results_store.list_keys()}
+    stored = scratch.validation_results_store.list_keys()
+    computed = {identifier.expectation_suite_identifier.name: identifier for identifier in stored}
     waited = time.monotonic()
     with lock if lock is not None else file_lock(root):
         held = time.monotonic()
