@@ -16,8 +16,10 @@ jobs submitted while it ran, from the Spark event logs (``spark.eventLog.enabled
 ``SPARK_CONF_DIR``, which the scheduler's ``spark-submit`` and the Spark Connect server inherit). Peak
 memory: the sum of the resident memory of every JVM and Python process under the Airflow scheduler,
 and of the Spark Connect server when the tasks run on one (the default; ``CDC_SPARK_CONNECT=off``: a
-spark-submit per task), sampled every 0.25 s. Beside each run, the same run's changes counted from
-Kafka with a plain consumer say what the run had to read.
+spark-submit per task), sampled every 0.25 s. CPU: how busy the machine's cores were over the run and
+the CPU seconds of each service's process tree (:func:`stack_services`); from the scheduler's log, how
+long each executor slot stayed taken after its task ended. Beside each run, the same run's changes
+counted from Kafka with a plain consumer say what the run had to read.
 
 Results go to ``bench/results/dag-runs-<timestamp>.json`` and ``.md``. Nothing here asserts a speed.
 """
