@@ -391,9 +391,15 @@ def trigger_and_follow(api: AirflowApi, stack: Stack, events: Path, timeout: flo
         "seconds": round(_seconds(run.get("queued_at"), run.get("end_date")), 1),
         "tasks": task_seconds(task_instances),
         "idle_seconds": idle_seconds(run.get("queued_at"), run.get("end_date"), task_instances),
-        # each task instance's start and end, to cut a Spark event log (or a profile) into tasks afterwards
+        # each task instance's start, end and table, to cut a Spark event log into tasks (bench/task_profile.py)
         "timeline": [
-            [ti["task_id"].rsplit(".", 1)[-1], ti.get("map_index", -1), ti["start_date"], ti["end_date"]]
+            [
+                ti["task_id"].rsplit(".", 1)[-1],
+                ti.get("map_index", -1),
+                ti["start_date"],
+                ti["end_date"],
+                ti.get("rendered_map_index"),
+            ]
             for ti in sorted(task_instances, key=lambda ti: ti.get("start_date") or "")
             if ti.get("start_date") and ti.get("end_date")
         ],

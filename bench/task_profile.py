@@ -120,10 +120,12 @@ def _epoch(at: str) -> float:
 
 def task_of(query: RootQuery, timeline: list[list[Any]]) -> str:
     """The task instance a query belongs to: its session names the job and table, the run's task windows
-    name the task (``validate`` and ``validate_repaired`` run the same job)."""
+    (with their tables, where the bench recorded them) name the task (``validate`` and
+    ``validate_repaired`` run the same job)."""
     job, _, table = query.session.partition(":")
-    for task, _map_index, start, end in timeline:
-        if _epoch(start) <= query.start <= _epoch(end) and task.startswith(job):
+    for task, _map_index, start, end, *mapped in timeline:
+        same_table = not table or not mapped or mapped[0] in (None, table)
+        if _epoch(start) <= query.start <= _epoch(end) and task.startswith(job) and same_table:
             return f"{task}:{table}" if table else task
     return query.session or "(no session)"
 
@@ -133,7 +135,7 @@ def profile(
 ) -> dict[str, dict[str, float]]:
     """Print each task instance's figures and longest queries; return the figures per task instance."""
     walls = {}
-    for task, _map_index, start, end in timeline:
+    for task, _map_index, start, end, *_table in timeline:
         walls.setdefault(task, []).append(_epoch(end) - _epoch(start))
     by_task: dict[str, list[RootQuery]] = collections.defaultdict(list)
     for query in queries:

@@ -83,3 +83,18 @@ def test_queries_fold_into_their_root_and_belong_to_the_task_whose_window_and_se
     assert figures["compact_cdc:public.b"]["jobs"] == 1
     assert figures["validate_repaired:public.a"]["root_queries"] == 1
     assert "AdaptiveSparkPlan (384)" in out.getvalue()
+
+
+def test_a_query_goes_to_its_own_tables_window_when_tasks_of_two_tables_overlap(tmp_path) -> None:
+    """Ten tables: ``validate`` of one table and ``validate_repaired`` of another run at once under the
+    same job's sessions; the windows' tables (recorded by the bench) keep them apart."""
+    events = execution(0, 0, "validate:public.b", 5.0, 6.0, "AdaptiveSparkPlan (384)")
+    log = tmp_path / "app-1"
+    log.write_text("\n".join(json.dumps(event) for event in events) + "\n")
+    timeline = [
+        ["validate", 0, at(0), at(10), "public.a"],
+        ["validate_repaired", 1, at(2), at(12), "public.b"],
+    ]
+    queries = task_profile.root_queries([log], task_profile._epoch(at(0)), task_profile._epoch(at(12)))
+    assert task_profile.task_of(queries[0], timeline) == "validate_repaired:public.b"
+    assert task_profile.task_of(queries[0], [entry[:4] for entry in timeline]) == "validate:public.b"  # older JSON
