@@ -46,6 +46,7 @@ from psycopg import sql
 
 from bench import stats
 from bench.bench import machine, redeliver
+from bench.stage_times import event_lines, event_logs
 from cdc_dev.demo import AirflowApi, follow_run
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.process import wait_until
@@ -171,14 +172,11 @@ def spark_job_times(events: Path) -> list[tuple[int, str | None]]:
     submitted it (``<job>:<table>``, set by the job's ``build_session``), from one log per
     ``spark-submit`` application or the Spark Connect server's one log for all tasks."""
     jobs = []
-    for log in sorted(events.iterdir()):
-        if not log.is_file():
-            continue
-        with log.open() as lines:
-            for line in lines:
-                if '"SparkListenerJobStart"' in line:
-                    event = json.loads(line)
-                    jobs.append((event.get("Submission Time", 0), event.get("Properties", {}).get("spark.app.name")))
+    for log in event_logs(events):
+        for line in event_lines(log):
+            if '"SparkListenerJobStart"' in line:
+                event = json.loads(line)
+                jobs.append((event.get("Submission Time", 0), event.get("Properties", {}).get("spark.app.name")))
     return jobs
 
 

@@ -53,7 +53,12 @@ def _accumulated(info: dict[str, Any]) -> dict[str, int]:
     return totals
 
 
-def _lines(event_log: Path) -> Iterator[str]:
+def event_logs(folder: Path) -> list[Path]:
+    """The event logs in Spark's event log folder: one file per application, or one rolling folder each."""
+    return sorted(p for p in folder.iterdir() if p.is_file() or p.name.startswith("eventlog_v2_"))
+
+
+def event_lines(event_log: Path) -> Iterator[str]:
     """The JSON lines of an event log: one file, or Spark 4's rolling folder; zstd files decompressed."""
     files = (
         sorted(event_log.glob("events_*"), key=lambda p: int(p.name.split("_")[1]))
@@ -77,7 +82,7 @@ def read_stages(event_log: Path) -> tuple[list[Stage], int]:
     job_of: dict[int, int] = {}
     description_of: dict[int, str] = {}
     started = ended = 0
-    for line in _lines(event_log):
+    for line in event_lines(event_log):
         try:
             event = json.loads(line)
         except json.JSONDecodeError:  # the last line of a log still being written

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from bench.stage_times import event_lines, event_logs
+
 
 @dataclasses.dataclass
 class RootQuery:
@@ -66,37 +68,36 @@ def root_queries(logs: list[Path], start: float, end: float) -> list[RootQuery]:
     for log in logs:
         app = log.name  # execution and job ids are per application (one per spark-submit)
         app_name = ""
-        with log.open() as lines:
-            for line in lines:
-                if '"Event"' not in line:
-                    continue
-                event = json.loads(line)
-                kind = event["Event"]
-                if kind == "SparkListenerApplicationStart":
-                    app_name = event.get("App Name", "")
-                elif kind.endswith("SQLExecutionStart"):
-                    at = event["time"] / 1000
-                    if start <= at <= end:
-                        executions[(app, event["executionId"])] = {
-                            "start": at,
-                            "root": event.get("rootExecutionId", event["executionId"]),
-                            "session": _session(event) or app_name,
-                            "node": _first_node(event.get("physicalPlanDescription", "")),
-                        }
-                elif kind.endswith("SQLExecutionEnd"):
-                    execution = executions.get((app, event["executionId"]))
-                    if execution is not None:
-                        execution["end"] = event["time"] / 1000
-                elif kind == "SparkListenerJobStart":
-                    execution_id = event.get("Properties", {}).get("spark.sql.execution.id")
-                    if execution_id is not None:
-                        key = (app, int(execution_id))
-                        jobs[key] += 1
-                        job_execution[(app, event["Job ID"])] = (key, event["Submission Time"])
-                elif kind == "SparkListenerJobEnd":
-                    started = job_execution.pop((app, event["Job ID"]), None)
-                    if started is not None:
-                        job_ms[started[0]] += event["Completion Time"] - started[1]
+        for line in event_lines(log):
+            if '"Event"' not in line:
+                continue
+            event = json.loads(line)
+            kind = event["Event"]
+            if kind == "SparkListenerApplicationStart":
+                app_name = event.get("App Name", "")
+            elif kind.endswith("SQLExecutionStart"):
+                at = event["time"] / 1000
+                if start <= at <= end:
+                    executions[(app, event["executionId"])] = {
+                        "start": at,
+                        "root": event.get("rootExecutionId", event["executionId"]),
+                        "session": _session(event) or app_name,
+                        "node": _first_node(event.get("physicalPlanDescription", "")),
+                    }
+            elif kind.endswith("SQLExecutionEnd"):
+                execution = executions.get((app, event["executionId"]))
+                if execution is not None:
+                    execution["end"] = event["time"] / 1000
+            elif kind == "SparkListenerJobStart":
+                execution_id = event.get("Properties", {}).get("spark.sql.execution.id")
+                if execution_id is not None:
+                    key = (app, int(execution_id))
+                    jobs[key] += 1
+                    job_execution[(app, event["Job ID"])] = (key, event["Submission Time"])
+            elif kind == "SparkListenerJobEnd":
+                started = job_execution.pop((app, event["Job ID"]), None)
+                if started is not None:
+                    job_ms[started[0]] += event["Completion Time"] - started[1]
     roots: dict[tuple[str, int], RootQuery] = {}
     for (app, execution_id), execution in sorted(executions.items(), key=lambda item: item[1]["start"]):
         root_key = (app, execution["root"])
@@ -171,7 +172,9 @@ def profile(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="a bench/results/dag-runs-<stamp>.json")
-    parser.add_argument("events", type=Path, help="the run's Spark event logs (a folder, or one log file)")
+    parser.add_argument(
+        "events", type=Path, help="the run's Spark event log folder, or one log (a file or a rolling folder)"
+    )
     parser.add_argument("--scenario", help="the scenario's name; default: the file's first")
     parser.add_argument("--run", type=int, default=-1, help="which measured run (0-based; default the last)")
     parser.add_argument("--top", type=int, default=5, help="longest root queries shown per task instance")
@@ -184,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     if not runs or "timeline" not in runs[args.run]:
         parser.error(f"{args.results} has no task timeline for run {args.run} (bench/dag_runs.py before 2026-11-28)")
     timeline = runs[args.run]["timeline"]
-    logs = sorted(p for p in args.events.iterdir() if p.is_file()) if args.events.is_dir() else [args.events]
+    rolling = args.events.name.startswith("eventlog_v2_")
+    logs = event_logs(args.events) if args.events.is_dir() and not rolling else [args.events]
     if not logs:
         parser.error(f"no event log in {args.events}")
     start = min(_epoch(entry[2]) for entry in timeline)

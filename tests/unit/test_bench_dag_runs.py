@@ -80,6 +80,11 @@ def test_spark_jobs_belong_to_the_task_running_when_they_were_submitted(tmp_path
         "validate": 1,
         "validate_repaired": 1,
     }
+    rolling = tmp_path / "rolling" / "eventlog_v2_app-2"  # Spark 4's rolling log: a folder of parts
+    rolling.parent.mkdir()
+    event_log(rolling, "events_1_app-2", "2026-01-01T09:00:00+00:00", submitted[:2])
+    (rolling / "appstatus_app-2").write_text("")
+    assert dag_runs.spark_jobs_by_task(tasks, dag_runs.spark_job_times(rolling.parent)) == {"validate": 1}
 
 
 def test_side_by_side_tasks_on_one_server_count_only_their_own_sessions_jobs(tmp_path) -> None:

@@ -69,3 +69,10 @@ def test_rolling_zstd_folder_is_read_in_file_order(tmp_path):
         (folder / f"events_{index}_local-1.zstd").write_bytes(zstandard.ZstdCompressor().compress(data))
     stages, app_ms = stage_times.read_stages(folder)
     assert [s.stage_id for s in stages] == [0, 1] and app_ms == 10_000
+
+
+def test_a_folder_lists_plain_logs_and_rolling_folders_but_not_other_entries(tmp_path):
+    (tmp_path / "local-1").write_text("")
+    (tmp_path / "eventlog_v2_local-2").mkdir()
+    (tmp_path / "spark-defaults.conf.d").mkdir()  # any other folder is not an application's log
+    assert [p.name for p in stage_times.event_logs(tmp_path)] == ["eventlog_v2_local-2", "local-1"]
