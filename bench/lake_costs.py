@@ -11,8 +11,12 @@ PostgreSQL: this measures the lake, not the services), and prints figures; it as
   marking against earlier runs, the key state's update, the fold's publication) for run 2 and for
   run ``--history`` of the same size: the earlier runs' datasets are created in bulk (one commit per
   dataset) and the key state as they would have left it, so building 200 runs costs one.
+* **Retention at steady state** (``--retention-runs``, ``--keep-runs``): after ``--retention-runs`` runs
+  with one commit each to ``events`` and ``snapshot`` (Delta keeps their commits in the history for
+  30 days, pruned runs' too) and a first prune, each further run's retention, which prunes one run.
 
     python -m bench.lake_costs --rows 1000000 --change-share 0.01 --history 200
+    python -m bench.lake_costs --only retention --retention-runs 120 --keep-runs 20
 """
 
 from __future__ import annotations
@@ -197,12 +201,56 @@ def history_cost(spark: SparkSession, work: Path, rows: int, share: float, runs:
     return figures
 
 
+def retention_cost(spark: SparkSession, work: Path, runs: int, keep: int, repeats: int) -> dict[str, Any]:
+    """Seconds of one run's retention with ``runs`` runs in the history, ``keep`` of them kept."""
+    from cdc_reconcile.config import Retention
+    from cdc_reconcile.lake import TableLake
+    from cdc_reconcile.retention import apply_retention
+
+    lake = TableLake(work / "retention", "public.t")
+    retention = Retention(keep_runs=keep)
+    written = 0
+
+    def write_run() -> str:
+        nonlocal written
+        run = f"r{written:05d}"
+        storage.replace_partition(spark.range(10).withColumn("name", F.lit(run)), lake.snapshot, run)
+        storage.replace_partition(spark.range(3).withColumnRenamed("id", "offset"), lake.events, run)
+        written += 1
+        return run
+
+    for _ in range(runs):
+        current = write_run()
+    first = apply_retention(spark, lake, retention, current)
+    pruned: list[int] = []
+
+    def measure() -> dict[str, float]:
+        run = write_run()
+        began = time.monotonic()
+        done = apply_retention(spark, lake, retention, run)
+        pruned.append(len(done["pruned_runs"]))
+        return {"seconds": time.monotonic() - began}
+
+    return {
+        "runs_in_history": runs,
+        "keep_runs": keep,
+        "first_prune_runs": len(first["pruned_runs"]),
+        "seconds": median_of(repeats, measure)["seconds"],
+        "runs_pruned_per_run": pruned,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--change-share", type=float, default=0.01)
     parser.add_argument("--history", type=int, default=200, help="the later run measured against run 2")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--retention-runs", type=int, default=120, help="runs in the history before retention")
+    parser.add_argument("--keep-runs", type=int, default=20, help="retention's keep_runs for that measurement")
+    parser.add_argument(
+        "--only", choices=("bytes", "history", "retention"), help="one measurement (default: all three)"
+    )
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
 
@@ -213,13 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory(prefix="bench-lake-") as folder:
         work = Path(folder)
-        result = {
-            "rows": args.rows,
-            "change_share": args.change_share,
-            "repeats": args.repeats,
-            "bytes_per_run": bytes_per_run(spark, work, args.rows, args.change_share, args.repeats),
-            "history": history_cost(spark, work, args.rows, args.change_share, args.history, args.repeats),
-        }
+        wanted = {args.only} if args.only else {"bytes", "history", "retention"}
+        result: dict[str, Any] = {"rows": args.rows, "change_share": args.change_share, "repeats": args.repeats}
+        if "bytes" in wanted:
+            result["bytes_per_run"] = bytes_per_run(spark, work, args.rows, args.change_share, args.repeats)
+        if "history" in wanted:
+            result["history"] = history_cost(spark, work, args.rows, args.change_share, args.history, args.repeats)
+        if "retention" in wanted:
+            result["retention"] = retention_cost(spark, work, args.retention_runs, args.keep_runs, args.repeats)
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

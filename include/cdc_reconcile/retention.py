@@ -43,10 +43,23 @@ def expired_runs(spark: SparkSession, lake: TableLake, keep_runs: int, current_r
     return [run for run in runs if run not in keep]
 
 
+def runs_with_rows(spark: SparkSession, lake: TableLake) -> set[str]:
+    """The runs with rows left in any per-run dataset.
+
+    Not the datasets' history: a pruned run's commits stay in it (for Delta's log retention, 30 days by
+    default), so an expired run found there may have been pruned long ago. A prune interrupted between
+    two datasets leaves rows in the later ones, which the next prune removes.
+    """
+    runs: set[str] = set()
+    for dataset in PER_RUN_DATASETS:
+        runs.update(storage.list_partitions(spark, getattr(lake, dataset)))
+    return runs
+
+
 def apply_retention(spark: SparkSession, lake: TableLake, retention: Retention, current_run: str) -> dict[str, Any]:
     """Prune expired runs from every per-run dataset, then vacuum every dataset; returns what was done."""
     expired = expired_runs(spark, lake, retention.keep_runs, current_run)
-    present = {run for run in expired if storage.run_commit(spark, lake.events, run) is not None}
+    present = set(expired) & runs_with_rows(spark, lake) if expired else set()
     if not present:
         return {"pruned_runs": [], "vacuumed": []}
     for dataset in PER_RUN_DATASETS:
