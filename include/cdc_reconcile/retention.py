@@ -43,27 +43,25 @@ def expired_runs(spark: SparkSession, lake: TableLake, keep_runs: int, current_r
     return [run for run in runs if run not in keep]
 
 
-def runs_with_rows(spark: SparkSession, lake: TableLake) -> set[str]:
-    """The runs with rows left in any per-run dataset.
+def runs_with_rows(spark: SparkSession, lake: TableLake) -> dict[str, set[str]]:
+    """For each per-run dataset, the runs with rows left in it.
 
     Not the datasets' history: a pruned run's commits stay in it (for Delta's log retention, 30 days by
     default), so an expired run found there may have been pruned long ago. A prune interrupted between
     two datasets leaves rows in the later ones, which the next prune removes.
     """
-    runs: set[str] = set()
-    for dataset in PER_RUN_DATASETS:
-        runs.update(storage.list_partitions(spark, getattr(lake, dataset)))
-    return runs
+    return {dataset: set(storage.list_partitions(spark, getattr(lake, dataset))) for dataset in PER_RUN_DATASETS}
 
 
 def apply_retention(spark: SparkSession, lake: TableLake, retention: Retention, current_run: str) -> dict[str, Any]:
     """Prune expired runs from every per-run dataset, then vacuum every dataset; returns what was done."""
     expired = expired_runs(spark, lake, retention.keep_runs, current_run)
-    present = set(expired) & runs_with_rows(spark, lake) if expired else set()
+    with_rows = runs_with_rows(spark, lake) if expired else {}
+    present = set(expired) & set().union(*with_rows.values())
     if not present:
         return {"pruned_runs": [], "vacuumed": []}
-    for dataset in PER_RUN_DATASETS:
-        storage.delete_partitions(spark, getattr(lake, dataset), sorted(present))
+    for dataset, runs in with_rows.items():  # a dataset without the runs' rows gets no (empty) commit
+        storage.delete_partitions(spark, getattr(lake, dataset), sorted(present & runs))
     vacuumed = []
     for dataset in (*PER_RUN_DATASETS, "table"):
         location = getattr(lake, dataset)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from deltalake import DeltaTable
+
 from cdc_reconcile import storage
 from cdc_reconcile.config import Retention
 from cdc_reconcile.lake import TableLake
@@ -47,6 +49,8 @@ def test_an_expired_run_with_an_empty_range_still_loses_its_snapshot(spark, tmp_
     done = apply_retention(spark, lake, RETENTION, "r2")
     assert done["pruned_runs"] == ["quiet"] and "snapshot" in done["vacuumed"], done
     assert runs_in(lake.snapshot) == {"r1", "r2"}
+    operations = [commit["operation"] for commit in DeltaTable(lake.events).history()]
+    assert "DELETE" not in operations, f"no empty DELETE where the run had no rows: {operations}"
 
 
 def test_vacuum_lists_folders_in_the_sessions_parallelism_and_leaves_the_session_as_it_was(spark, tmp_path):
