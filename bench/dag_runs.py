@@ -35,6 +35,7 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,13 @@ def spark_jobs_by_task(task_instances: list[dict[str, Any]], jobs: list[tuple[in
 PSS_EVERY = 8  # samples: the proportional set size every 2 s, resident memory every 0.25 s
 
 
+def process_tree(root: int, *, with_root: Callable[[psutil.Process], bool] = lambda _: True) -> list[psutil.Process]:
+    """A process's descendants, and the process itself when ``with_root`` says so (raises psutil.Error
+    when it is gone)."""
+    top = psutil.Process(root)
+    return [top, *top.children(recursive=True)] if with_root(top) else top.children(recursive=True)
+
+
 class TreeMemory:
     """Peak summed resident memory of process trees: the scheduler's (task runners and their JVMs) and,
     on Spark Connect, the server's."""
@@ -231,9 +239,7 @@ class TreeMemory:
         total = jvm = proportional = 0
         for root in self.root_pids:
             with contextlib.suppress(psutil.Error):
-                top = psutil.Process(root)
-                processes = top.children(recursive=True) + ([top] if "java" in top.name() else [])
-                for process in processes:
+                for process in process_tree(root, with_root=lambda top: "java" in top.name()):
                     with contextlib.suppress(psutil.Error):
                         rss = process.memory_info().rss
                         total += rss
@@ -267,8 +273,7 @@ def tree_cpu_seconds(root: int) -> float:
     process that exited counts in the worker that waited for it)."""
     seconds = 0.0
     with contextlib.suppress(psutil.Error):
-        top = psutil.Process(root)
-        for process in [top, *top.children(recursive=True)]:
+        for process in process_tree(root):
             with contextlib.suppress(psutil.Error):
                 times = process.cpu_times()
                 seconds += times.user + times.system + times.children_user + times.children_system

@@ -271,3 +271,26 @@ def test_slot_release_delays_are_read_from_the_schedulers_log_for_one_run(tmp_pa
     )
     assert dag_runs.slot_release_delays(log, run) == [5.12, 0.29]
     assert dag_runs.slot_release_delays(tmp_path / "missing.log", run) == []
+
+
+def test_tree_memory_counts_a_python_roots_children_but_not_the_root() -> None:
+    """The scheduler's own memory is not the run's: its tree's descendants count, a non-JVM root does not."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    hold = "import sys, time\nblock = b'x' * (64 * 2**20)\nprint('ready', flush=True)\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        meter = dag_runs.TreeMemory([os.getpid()])
+        meter._sample(proportional_too=True)
+        child_rss = psutil.Process(child.pid).memory_info().rss
+    finally:
+        child.kill()
+        child.wait()
+    own = psutil.Process().memory_info().rss
+    assert meter.peak_total >= 64 * 2**20 and meter.peak_pss > 0 and meter.peak_jvm == 0
+    assert abs(meter.peak_total - child_rss) < own / 2, "the root (this test's process) is not counted"
