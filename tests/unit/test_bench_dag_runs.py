@@ -275,22 +275,30 @@ def test_slot_release_delays_are_read_from_the_schedulers_log_for_one_run(tmp_pa
 
 def test_tree_memory_counts_a_python_roots_children_but_not_the_root() -> None:
     """The scheduler's own memory is not the run's: its tree's descendants count, a non-JVM root does not."""
-    import os
     import subprocess
     import sys
 
     import psutil
 
-    hold = "import sys, time\nblock = b'x' * (64 * 2**20)\nprint('ready', flush=True)\ntime.sleep(30)"
-    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    hold = "import time\nblock = b'x' * (64 * 2**20)\nprint('ready', flush=True)\ntime.sleep(60)"
+    parent = (  # a root of its own: this test's process may have a JVM child (the unit tests' Spark)
+        "import subprocess, sys\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {hold!r}], stdout=subprocess.PIPE, text=True)\n"
+        "print(child.pid, child.stdout.readline().strip(), flush=True)\n"
+        "child.wait()"
+    )
+    root = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout.readline() == "ready\n"
-        meter = dag_runs.TreeMemory([os.getpid()])
+        child_pid, ready = root.stdout.readline().split()
+        assert ready == "ready"
+        meter = dag_runs.TreeMemory([root.pid])
         meter._sample(proportional_too=True)
-        child_rss = psutil.Process(child.pid).memory_info().rss
+        child_rss = psutil.Process(int(child_pid)).memory_info().rss
+        root_rss = psutil.Process(root.pid).memory_info().rss
     finally:
-        child.kill()
-        child.wait()
-    own = psutil.Process().memory_info().rss
+        for process in psutil.Process(root.pid).children(recursive=True):
+            process.kill()
+        root.kill()
+        root.wait()
     assert meter.peak_total >= 64 * 2**20 and meter.peak_pss > 0 and meter.peak_jvm == 0
-    assert abs(meter.peak_total - child_rss) < own / 2, "the root (this test's process) is not counted"
+    assert abs(meter.peak_total - child_rss) < root_rss / 2, "the root is not counted"
