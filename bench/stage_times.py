@@ -53,9 +53,13 @@ def _accumulated(info: dict[str, Any]) -> dict[str, int]:
     return totals
 
 
+ROLLING_PREFIX = "eventlog_v2_"
+"""Spark 4's rolling event log: a folder of parts per application."""
+
+
 def event_logs(folder: Path) -> list[Path]:
     """The event logs in Spark's event log folder: one file per application, or one rolling folder each."""
-    return sorted(p for p in folder.iterdir() if p.is_file() or p.name.startswith("eventlog_v2_"))
+    return sorted(p for p in folder.iterdir() if p.is_file() or p.name.startswith(ROLLING_PREFIX))
 
 
 def event_lines(event_log: Path) -> Iterator[str]:

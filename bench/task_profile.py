@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from bench.stage_times import event_lines, event_logs
+from bench.stage_times import ROLLING_PREFIX, event_lines, event_logs
 
 
 @dataclasses.dataclass
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if not runs or "timeline" not in runs[args.run]:
         parser.error(f"{args.results} has no task timeline for run {args.run} (bench/dag_runs.py before 2026-11-28)")
     timeline = runs[args.run]["timeline"]
-    rolling = args.events.name.startswith("eventlog_v2_")
+    rolling = args.events.name.startswith(ROLLING_PREFIX)
     logs = event_logs(args.events) if args.events.is_dir() and not rolling else [args.events]
     if not logs:
         parser.error(f"no event log in {args.events}")

@@ -62,12 +62,11 @@ def apply_retention(spark: SparkSession, lake: TableLake, retention: Retention, 
         return {"pruned_runs": [], "vacuumed": []}
     for dataset, runs in with_rows.items():  # a dataset without the runs' rows gets no (empty) commit
         storage.delete_partitions(spark, getattr(lake, dataset), sorted(present & runs))
-    vacuumed = []
-    for dataset in (*PER_RUN_DATASETS, "table"):
-        location = getattr(lake, dataset)
-        if storage.exists(spark, location):
-            storage.vacuum(spark, location, retention.vacuum_hours)
-            vacuumed.append(dataset)
+    vacuumed = [
+        dataset
+        for dataset in (*PER_RUN_DATASETS, "table")
+        if storage.vacuum(spark, getattr(lake, dataset), retention.vacuum_hours)
+    ]
     return {"pruned_runs": sorted(present), "vacuumed": vacuumed}
 
 
