@@ -19,15 +19,16 @@ table, earlier ranges) are loaded once per object and dropped when a step writes
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import kafka_offsets, run_state, sealing, state_store, storage
 from .config import PipelineConfig, TableConfig, load_config
@@ -69,6 +70,20 @@ if TYPE_CHECKING:
     from .diff import DiffReport
     from .snapshot import SnapshotResult
     from .suite import SuiteOutcome
+
+
+_Step = TypeVar("_Step", bound=Callable[..., Any])
+
+
+def _step(method: _Step) -> _Step:
+    """A step of the run: the datasets' histories it reads are read once (see ``storage.histories_kept``)."""
+
+    @functools.wraps(method)
+    def run_step(*args: Any, **kwargs: Any) -> Any:
+        with storage.histories_kept():
+            return method(*args, **kwargs)
+
+    return run_step  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -219,6 +234,7 @@ class TableRun:
 
     # -- Spark steps -----------------------------------------------------------------------------------------
 
+    @_step
     def snapshot(
         self, *, partitions: int | None = None, fetch_size: int | None = None, output_files: int = 1
     ) -> SnapshotResult:
@@ -255,6 +271,7 @@ class TableRun:
                 )
         return result
 
+    @_step
     def compact(
         self,
         *,
@@ -428,6 +445,7 @@ class TableRun:
         expected.unpersist()
         return transaction_counts(run_partition(spark, lake.transactions, self.run_id))
 
+    @_step
     def apply_retention(self) -> dict[str, Any]:
         """Prune runs beyond the configured retention from the lake and record them (see ``retention``)."""
         from .retention import apply_retention
@@ -658,6 +676,7 @@ class TableRun:
             changes.unpersist()
         return diff
 
+    @_step
     def check(self, *, with_repairs: bool = True) -> tuple[DiffReport, DataFrame]:
         """The point-in-time diff: the lake as of the run's snapshot against the snapshot.
 
@@ -674,6 +693,7 @@ class TableRun:
         changelog.unpersist()
         return report, diff
 
+    @_step
     def validate(self, phase: Phase) -> SuiteOutcome:
         """``validate``: the expectation suite on this run's datasets, recorded in the state database."""
         from pyspark.sql import functions as F
@@ -762,6 +782,7 @@ class TableRun:
                 run_state.record_suite_outcome(conn, outcome.as_dict(), phase)
         return outcome
 
+    @_step
     def reconcile(self, *, dry_run: bool = False) -> dict[str, Any]:
         """Repair events for every difference, duplicates dropped from the changelog, the table re-folded.
 

@@ -21,11 +21,13 @@ A bare local path is taken as ``file://``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -146,8 +148,66 @@ def latest_version(spark: SparkSession, location: str | Path) -> int | None:
     return history[0].version if history else None
 
 
+# Each dataset's history as read within :func:`histories_kept`, by URI, newest commit first.
+_KEPT_HISTORIES: ContextVar[dict[str, list[Commit]] | None] = ContextVar("cdc_kept_histories", default=None)
+
+
+@contextlib.contextmanager
+def histories_kept() -> Iterator[None]:
+    """Within the block, each dataset's history is read from Delta once (a ``DESCRIBE HISTORY`` per read).
+
+    For one step of one run, which is its datasets' only writer: every commit the block makes goes
+    through this module and is added to the history kept (a commit that is not the next version drops
+    it, and ``VACUUM`` or a property change drops it too). A compaction read the same histories 17
+    times; a writer outside the block would not be seen, so the block must not outlive the step.
+    Nested blocks share the outermost one's histories.
+    """
+    if _KEPT_HISTORIES.get() is not None:
+        yield
+        return
+    token = _KEPT_HISTORIES.set({})
+    try:
+        yield
+    finally:
+        _KEPT_HISTORIES.reset(token)
+
+
+def _committed(location: str | Path, commit: Commit | None) -> None:
+    """A commit this module just made: the next entry of the kept history, else the history is read again."""
+    kept = _KEPT_HISTORIES.get()
+    if kept is None:
+        return
+    key = uri(location)
+    history = kept.pop(key, None)
+    if history is not None and commit is not None:
+        expected = history[0].version + 1 if history else 0
+        if commit.version == expected:
+            kept[key] = [commit, *history]
+
+
+def _forget_history(location: str | Path) -> None:
+    kept = _KEPT_HISTORIES.get()
+    if kept is not None:
+        kept.pop(uri(location), None)
+
+
 def commits(spark: SparkSession, location: str | Path, *, limit: int | None = None) -> list[Commit]:
-    """The table's commits, newest first (``limit``: only the newest ones); empty when there is no table."""
+    """The table's commits, newest first (``limit``: only the newest ones); empty when there is no table.
+
+    Within :func:`histories_kept`, a history read before is not read again.
+    """
+    kept = _KEPT_HISTORIES.get()
+    key = uri(location)
+    if kept is not None and key in kept:
+        return kept[key][:limit] if limit else list(kept[key])
+    history = _read_commits(spark, location, limit=limit)
+    if kept is not None and not limit:
+        kept[key] = list(history)
+    return history
+
+
+def _read_commits(spark: SparkSession, location: str | Path, *, limit: int | None = None) -> list[Commit]:
+    """``DESCRIBE HISTORY``: the table's commits, newest first; empty when there is no table."""
     from pyspark.errors import AnalysisException
 
     statement = f"DESCRIBE HISTORY {_sql_path(str(location))}" + (f" LIMIT {int(limit)}" if limit else "")
@@ -274,6 +334,7 @@ def _write(
     try:
         writer.save(uri(location))
     except Exception as exc:
+        _forget_history(location)  # a failed write may still have committed
         if replace_where is None or "DELTA_FAILED_TO_MERGE_FIELDS" not in str(exc):
             raise
         _widen_or_refuse(df.sparkSession, location, exc)
@@ -299,13 +360,16 @@ def _widen_or_refuse(spark: SparkSession, location: str | Path, exc: Exception) 
         ) from exc
     log.info("%s: a column was widened at the source; enabling Delta type widening on the dataset", location)
     spark.sql(f"ALTER TABLE {_sql_path(str(location))} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+    _forget_history(location)
 
 
 def _own_newest_commit(spark: SparkSession, location: str | Path, run: str) -> Commit:
     """The commit ``run`` just made: the table's newest, since each dataset has one writer at a time."""
-    newest = commits(spark, location, limit=1)
+    newest = _read_commits(spark, location, limit=1)
     if not newest or newest[0].metadata.get("run") != run:
+        _forget_history(location)
         raise StorageError(f"{location}: the commit of run {run!r} is not the table's newest")
+    _committed(location, newest[0])
     return newest[0]
 
 
@@ -371,6 +435,9 @@ def merge_sql(
     spark.conf.set(conf_key, document)
     try:
         spark.sql(f"MERGE INTO {_sql_path(str(location))} t USING {view} s {clauses}")
+    except Exception:
+        _forget_history(location)  # a failed MERGE may still have committed
+        raise
     finally:
         spark.conf.unset(conf_key)
         spark.catalog.dropTempView(view)
@@ -458,7 +525,8 @@ def delete_partitions(spark: SparkSession, location: str | Path, partitions: Seq
         return None
     names = ", ".join("'" + check_name(p) + "'" for p in partitions)
     spark.sql(f"DELETE FROM {_sql_path(str(location))} WHERE {RUN_COLUMN} IN ({names})")
-    newest = commits(spark, location, limit=1)
+    newest = _read_commits(spark, location, limit=1)
+    _committed(location, newest[0] if newest else None)
     return newest[0] if newest else None
 
 
@@ -481,6 +549,7 @@ def vacuum(spark: SparkSession, location: str | Path, retain_hours: float) -> bo
         spark.sql(f"VACUUM {_sql_path(str(location))} RETAIN {float(retain_hours)} HOURS")
     finally:
         spark.conf.unset(LISTING_PARALLELISM)
+        _forget_history(location)  # Delta may log the VACUUM as commits
     return True
 
 

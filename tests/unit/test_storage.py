@@ -145,3 +145,60 @@ def test_names_and_locations():
     assert storage.uri("hdfs://nn:8020/lake/") == "hdfs://nn:8020/lake"
     assert storage.uri("/data/lake") == "file:///data/lake"
     assert storage.join("s3a://bucket/lake", "public.orders", "table") == "s3a://bucket/lake/public.orders/table"
+
+
+def counted_history_reads(monkeypatch) -> list[str]:
+    """Every ``DESCRIBE HISTORY`` the module issues (each still runs on Spark), by location."""
+    reads: list[str] = []
+    read = storage._read_commits
+
+    def counting(spark, location, *, limit=None):
+        reads.append(storage.uri(location))
+        return read(spark, location, limit=limit)
+
+    monkeypatch.setattr(storage, "_read_commits", counting)
+    return reads
+
+
+def test_within_a_step_a_history_is_read_once_and_its_own_commits_are_added(spark, tmp_path, monkeypatch):
+    table, events = tmp_path / "table", tmp_path / "events"
+    storage.publish(frame(spark, rows(3)), table, "r0")
+    reads = counted_history_reads(monkeypatch)
+    with storage.histories_kept():
+        assert storage.run_commit(spark, table, "r0").version == 0
+        assert storage.latest_version(spark, table) == 0 and storage.exists(spark, table)
+        assert reads == [storage.uri(table)], "one DESCRIBE HISTORY for three questions"
+        storage.publish(frame(spark, rows(4)), table, "r1")
+        storage.replace_partition(frame(spark, rows(2)), events, "r1")
+        kept = {p: storage.commits(spark, p) for p in (table, events)}
+        assert [c.version for c in kept[table]] == [1, 0]
+        assert storage.commits(spark, table, limit=1) == kept[table][:1]
+        storage.replace_partition(frame(spark, rows(5)), events, "r2")
+        kept[events] = storage.commits(spark, events)
+        reads_in_step = len(reads)
+    for path, history in kept.items():
+        assert history == storage.commits(spark, path), f"{path}: the kept history is the table's"
+    assert len(reads) == reads_in_step + 2, "outside a step every question reads the history"
+    # in the step: the first read, one newest commit per write, and events' history read once after its first write
+    assert reads_in_step == 1 + 3 + 1
+
+
+def test_a_step_reads_the_history_again_after_a_vacuum_or_a_failed_write(spark, tmp_path, monkeypatch):
+    table = tmp_path / "table"
+    storage.publish(frame(spark, rows(3)), table, "r0")
+    reads = counted_history_reads(monkeypatch)
+    with storage.histories_kept():
+        storage.commits(spark, table)
+        storage.vacuum(spark, table, retain_hours=168)
+        after_vacuum = storage.commits(spark, table)
+        assert reads.count(storage.uri(table)) == 2
+        with pytest.raises(storage.StorageError, match="reserved"):
+            storage.publish(frame(spark, rows(3)).withColumn(storage.RUN_COLUMN, F.lit("x")), table, "r1")
+        storage.commits(spark, table)
+        assert reads.count(storage.uri(table)) == 2, "a write refused before Spark ran keeps what was read"
+        failing = frame(spark, rows(3)).withColumn("sku", F.raise_error(F.lit("boom")))
+        with pytest.raises(Exception, match="boom"):
+            storage.publish(failing, table, "r1")
+        assert storage.commits(spark, table) == after_vacuum
+        assert reads.count(storage.uri(table)) == 3, "a write that failed in Spark may have committed: read again"
+    assert after_vacuum == storage.commits(spark, table)
