@@ -27,6 +27,11 @@ Eight datasets of one run are validated, each by its own suite:
   decodable), one JSON text each with partition, offset and reason. Their changes are not in the lake,
   so the diff may not see them either (expected: none).
 
+The four datasets of the run's findings (``differences``, ``source_values``, ``transactions``,
+``quarantine``) hold a few rows when nothing is wrong: up to :data:`IN_MEMORY_ROWS` rows, their checked
+columns are collected in one Spark query and validated by GX on pandas, instead of two Spark jobs per
+expectation and its aggregates. Larger ones stay on Spark.
+
 Results go to the GX project's validation store and Data Docs
 (``<gx_root>/gx/uncommitted/data_docs/local_site/index.html``, made to read offline by
 :mod:`offline_docs` when the deployment names its assets folder); the run's summary goes to the state
@@ -44,7 +49,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +88,15 @@ STAGE_CHECKS = {
 DUPLICATE_COLUMNS = {"redelivery": "redelivery_key", "snapshot_rerun": "snapshot_rerun_key"}
 CHANGE_IDENTITY = ["key", "op", "source_txid", "source_lsn"]
 SAMPLE_SIZE = 5
+# the run's findings: each expectation is a NULL check on one of these columns
+FINDING_COLUMNS = {
+    "differences": [*DIFFERENCE_COLUMNS.values(), *STAGE_COLUMNS.values()],
+    "source_values": [UNREPRESENTABLE_COLUMN],
+    "transactions": [INCOMPLETE_TRANSACTION_COLUMN],
+    "quarantine": [QUARANTINED_COLUMN],
+}
+# a finding dataset of at most this many rows is validated in memory (a row is a few key texts)
+IN_MEMORY_ROWS = 10_000
 # validation results the Data Docs index links, newest first (about 30 validations of 7 datasets; the
 # trend report keeps the whole history). The index loads each result it links.
 INDEX_LIMIT = 200
@@ -243,16 +257,22 @@ def _site_pages(context: Any, site: str, identifiers: Sequence[Any]) -> list[str
     return pages
 
 
-def _definitions(context: Any, table: str, key: Sequence[str]) -> dict[str, Any]:
-    """Data source, assets, suites and validation definitions for one table, added or updated."""
+def _definitions(context: Any, table: str, key: Sequence[str], in_memory: Collection[str] = ()) -> dict[str, Any]:
+    """Data sources, assets, suites and validation definitions for one table, added or updated.
+
+    The datasets in ``in_memory`` are bound to the pandas source ``cdc_run_findings``, the others to
+    the Spark source ``cdc_lake``.
+    """
     import great_expectations as gx
 
     # GX would persist every batch and never release it: a later read of the same path in this session
     # (the table republished by reconcile, then validated again) would see the cached rows
-    source = context.data_sources.add_or_update_spark(name="cdc_lake", persist=False)
+    spark_source = context.data_sources.add_or_update_spark(name="cdc_lake", persist=False)
+    pandas_source = context.data_sources.add_or_update_pandas(name="cdc_run_findings") if in_memory else None
     definitions = {}
     for dataset, expectations in _expectations(key).items():
         name = f"{table}.{dataset}"
+        source = pandas_source if dataset in in_memory else spark_source
         try:
             asset = source.get_asset(name)
         except LookupError:
@@ -288,6 +308,21 @@ def _check(dataset: str, result: Any) -> dict[str, Any]:
     return check
 
 
+def collect_findings(datasets: Mapping[str, DataFrame], limit: int) -> dict[str, Any]:
+    """The finding datasets of at most ``limit`` rows, their checked columns as pandas DataFrames.
+
+    One Spark query each (``limit + 1`` rows, in the dataset's order); a larger dataset is left out.
+    """
+    collected = {}
+    if limit <= 0:
+        return collected
+    for dataset, columns in FINDING_COLUMNS.items():
+        rows = datasets[dataset].select(*columns).limit(limit + 1).toPandas()
+        if len(rows) <= limit:
+            collected[dataset] = rows
+    return collected
+
+
 def run_suite(
     datasets: Mapping[str, DataFrame],
     *,
@@ -300,6 +335,7 @@ def run_suite(
     gx_root: str | Path,
     data_docs_assets: str | Path | None,
     lock: contextlib.AbstractContextManager[Any] | None = None,
+    in_memory_rows: int = IN_MEMORY_ROWS,
 ) -> SuiteOutcome:
     """Validate the run's datasets, store the results, render their Data Docs pages, and summarise.
 
@@ -308,7 +344,8 @@ def run_suite(
     is held only while the GX project is written: suites, validation definitions, the results and the
     pages, which the mapped tasks share. ``data_docs_assets``: the folder the Data Docs' CDN files are
     served from (``$CDC_DATA_DOCS_ASSETS``); None keeps the CDN links. An expectation that raises counts
-    as failed: a suite that cannot run must never pass.
+    as failed: a suite that cannot run must never pass. Finding datasets of at most ``in_memory_rows``
+    rows are validated on pandas (:func:`collect_findings`; 0 keeps every dataset on Spark).
     """
     if data_docs_assets is not None:
         check_assets(data_docs_assets)
@@ -325,13 +362,14 @@ def run_suite(
     expectation_parameters = dict(parameters)
     if "lake_columns" in expectation_parameters:
         expectation_parameters["lake_columns"] = [gx_column(c) for c in expectation_parameters["lake_columns"]]
+    findings = collect_findings(datasets, in_memory_rows)
     scratch = gx.get_context(mode="ephemeral")
-    computing = _definitions(scratch, table, key)
+    computing = _definitions(scratch, table, key, findings)
     checks: list[dict[str, Any]] = []
     results = {}
     for dataset in DATASETS:
         results[dataset] = computing[dataset].run(
-            batch_parameters={"dataframe": datasets[dataset]},
+            batch_parameters={"dataframe": findings.get(dataset, datasets[dataset])},
             expectation_parameters=expectation_parameters,
             result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_SIZE},
             run_id=run,
@@ -348,7 +386,7 @@ def run_suite(
             context = shared_context(str(root), INDEX_LIMIT)
         else:
             context = gx.get_context(mode="file", project_root_dir=str(root))
-        definitions = _definitions(context, table, key)
+        definitions = _definitions(context, table, key, findings)
         for dataset, result in results.items():
             result.meta["validation_id"] = definitions[dataset].id
             context.validation_results_store.store_validation_results(

@@ -12,7 +12,9 @@ from cdc_reconcile.compaction import CDC_COLUMNS
 from cdc_reconcile.offline_docs import external_resources
 from cdc_reconcile.suite import (
     DATASETS,
+    FINDING_COLUMNS,
     INDEX_LIMIT,
+    collect_findings,
     data_docs_index,
     describe,
     lake_keys_dataset,
@@ -79,6 +81,7 @@ def validate_at(
     columns=COLUMNS,
     table="public.order_lines",
     run_id="manual__2026-11-22T00:00:00+00:00",
+    **options,
 ):
     """The suite on ``data`` with its results and Data Docs under ``gx_root`` (a path or a URL)."""
     return run_suite(
@@ -91,6 +94,7 @@ def validate_at(
         counts=counts or {},
         gx_root=gx_root,
         data_docs_assets=data_docs_assets,
+        **options,
     )
 
 
@@ -166,6 +170,70 @@ def test_every_kind_of_fault_fails_its_own_check_with_counts_and_sample_keys(spa
         '{"order_id":2,"line_no":1}'
     ]
     assert "no missing rows: 2 unexpected" in describe(outcome)
+
+
+def faulty_data(spark):
+    """Every kind of fault at once: a doubled key, duplicate events, differences, unfit source values."""
+    return datasets(
+        spark,
+        [(1, 1, 5), (1, 1, 6), (2, 1, 7)],
+        [
+            ('{"order_id":1,"line_no":1}', "c", 100, 1000, None, None),
+            ('{"order_id":1,"line_no":1}', "c", 100, 1000, '{"order_id":1,"line_no":1}', None),
+        ],
+        [
+            (3, 1, '{"order_id":3,"line_no":1}', None, None, '{"order_id":3,"line_no":1}'),
+            (2, 1, None, None, '{"order_id":2,"line_no":1}', None, '{"order_id":2,"line_no":1}'),
+        ],
+        unrepresentable={"unit_price": 2},
+        quarantined=[("cdc.public.order_lines", 0, 41, None, "{oops", "value is not valid JSON")],
+        checked=[(70, 1_000, 1_900, 3, 2, "incomplete"), (71, 2_000, 2_900, 1, 1, "complete")],
+    )
+
+
+def spark_jobs(spark, validate):
+    """How many Spark jobs ``validate()`` ran, and what it returned."""
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    outcome = validate()
+    return len(set(tracker.getJobIdsForGroup()) - before), outcome
+
+
+def test_small_findings_are_validated_in_memory_with_the_same_checks_and_fewer_spark_jobs(
+    spark, gx_root, data_docs_assets
+):
+    data = faulty_data(spark)
+    on_spark_jobs, on_spark = spark_jobs(
+        spark,
+        lambda: validate_at(gx_root, data_docs_assets, data, 4, table="public.on_spark", in_memory_rows=0),
+    )
+    in_memory_jobs, in_memory = spark_jobs(
+        spark, lambda: validate_at(gx_root, data_docs_assets, data, 4, table="public.in_memory")
+    )
+    assert in_memory.checks == on_spark.checks
+    assert {c["dataset"] for c in in_memory.failed_checks} == set(DATASETS) - {"lake_table"}
+    # nine NULL checks, each two Spark jobs on Spark, become one query per finding dataset
+    print(f"Spark jobs: {on_spark_jobs} on Spark, {in_memory_jobs} with the findings in memory")
+    assert in_memory_jobs <= on_spark_jobs - 2 * 9 + len(FINDING_COLUMNS), (in_memory_jobs, on_spark_jobs)
+    stored = [
+        json.loads(path.read_text())
+        for path in (gx_root / "gx" / "uncommitted" / "validations").rglob("*.json")
+        if "public.in_memory." in str(path)
+    ]
+    sources = {r["meta"]["active_batch_definition"]["data_asset_name"].split(".")[-1]: r for r in stored}
+    assert {dataset: r["meta"]["active_batch_definition"]["datasource_name"] for dataset, r in sources.items()} == {
+        dataset: "cdc_run_findings" if dataset in FINDING_COLUMNS else "cdc_lake" for dataset in DATASETS
+    }
+
+
+def test_a_finding_dataset_over_the_limit_stays_on_spark(spark):
+    data = faulty_data(spark)
+    assert set(collect_findings(data, limit=1)) == {"quarantine"}, "the other three hold 2 rows each"
+    collected = collect_findings(data, limit=2)
+    assert set(collected) == set(FINDING_COLUMNS)
+    assert {dataset: list(rows.columns) for dataset, rows in collected.items()} == FINDING_COLUMNS
+    assert collected["differences"]["missing_key"].tolist() == ['{"order_id":3,"line_no":1}', None]
+    assert collect_findings(data, limit=0) == {}
 
 
 def test_a_schema_drift_fails_the_schema_check(spark, gx_root, data_docs_assets):
