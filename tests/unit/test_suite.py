@@ -213,7 +213,6 @@ def test_small_findings_are_validated_in_memory_with_the_same_checks_and_fewer_s
     assert in_memory.checks == on_spark.checks
     assert {c["dataset"] for c in in_memory.failed_checks} == set(DATASETS) - {"lake_table"}
     # nine NULL checks, each two Spark jobs on Spark, become one query per finding dataset
-    print(f"Spark jobs: {on_spark_jobs} on Spark, {in_memory_jobs} with the findings in memory")
     assert in_memory_jobs <= on_spark_jobs - 2 * 9 + len(FINDING_COLUMNS), (in_memory_jobs, on_spark_jobs)
     stored = [
         json.loads(path.read_text())
