@@ -8,7 +8,8 @@ runs ``--repeats`` times next to its baseline on the same input, in the same pro
 
 * snapshot (PostgreSQL -> Parquet) against ``COPY ... TO STDOUT`` of the same table;
 * compaction (Kafka range -> events/changelog/table) against a raw confluent-kafka consumer that only
-  reads and counts the same range;
+  reads and counts the same range (the connector's JSON converter with each message's schema, or
+  payload only with ``--converter-schemas off``);
 * diff (snapshot vs lake table Parquet) against DuckDB and datacompy's Spark comparison;
 * the pipeline steps of one hourly run (checkpoint, snapshot, seal, compact, check), wall time and
   peak RSS of the Spark driver JVM (no Airflow scheduling overhead).
@@ -424,7 +425,8 @@ def run_size(b: Bench, n: int) -> None:
         w.seconds["stack_up"] = timed(lambda: stack.up(register=False))[0]
         with psycopg.connect(cfg.pg_dsn, autocommit=True) as pg, state_store.connect(cfg.state_dsn) as state:
             w.seconds["load_source"] = load_source(pg, n)
-            w.seconds["register_connector"] = timed(stack.register_connector)[0]
+            schemas = args.converter_schemas == "on"
+            w.seconds["register_connector"] = timed(lambda: stack.register_connector(schemas=schemas))[0]
             state_store.ensure_state_schema(state)
             deadline = time.monotonic() + 120
             while not _topic_exists(cfg.bootstrap_servers, b.table.topic):
@@ -645,7 +647,8 @@ def write_results(out_dir: Path, payload: dict[str, Any]) -> tuple[Path, Path]:
         f"Machine: {m['cpu_model']}, {m['cpus']} CPUs, {m['memory_gib']} GiB RAM, Python {m['python']}, "
         f"Linux {m['kernel']}; load average at start {', '.join(f'{x:.2f}' for x in m['loadavg'])} "
         "(the machine is shared with other test runs). Spark local[2], driver memory "
-        f"{payload['settings']['driver_memory']}. {payload['settings']['repeats']} repeats per figure; "
+        f"{payload['settings']['driver_memory']}. JSON converter schemas "
+        f"{payload['settings'].get('converter_schemas', 'on')}. {payload['settings']['repeats']} repeats per figure; "
         "medians with (min-max); every ratio is against a baseline measured in the same run on the same input.",
         "",
         f"Command: `{payload['command']}`",
@@ -681,6 +684,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dup-share", type=float, default=0.05, help="share of change records redelivered")
     parser.add_argument("--jdbc-partitions", type=int, default=2)
     parser.add_argument("--skip-datacompy", action="store_true")
+    parser.add_argument(
+        "--converter-schemas",
+        choices=("on", "off"),
+        default="on",
+        help="the connector's JSON converter: with each message's schema (the stack's default) or payload only",
+    )
     parser.add_argument("--work-dir", default=str(ROOT.parent / ".run" / "bench-lake"))
     parser.add_argument("--out", default=str(ROOT / "results"))
     args = parser.parse_args(argv)

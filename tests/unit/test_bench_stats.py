@@ -71,3 +71,29 @@ def test_a_target_is_judged_only_against_its_own_baseline():
     duckdb, datacompy = table_rows([diff("DuckDB", 1.0), diff("datacompy SparkSQLCompare", 20.0)])
     assert (duckdb["ratio_text"], duckdb["target_text"]) == ("2.00x time ❌", "<= 1.5x DuckDB time")
     assert (datacompy["ratio_text"], datacompy["target_text"]) == ("0.10x time", "-")
+
+
+def test_the_results_name_the_converter_form_they_were_measured_with(tmp_path):
+    from bench.bench import write_results
+
+    machine = {"cpu_model": "cpu", "cpus": 2, "memory_gib": 24, "python": "3.11", "kernel": "6", "loadavg": [0.1]}
+    compaction = {
+        "size": 1000,
+        "step": "compaction (initial load)",
+        "unit": "events",
+        "work": 1000,
+        "samples": [4.0],
+        "baseline_name": "raw confluent-kafka consumer",
+        "baseline_samples": [1.0],
+    }
+    payload = {
+        "started": "2026-11-29T02-00-00Z",
+        "command": "bash bench/run.sh --converter-schemas off",
+        "machine": machine,
+        "settings": {"driver_memory": "2g", "repeats": 1, "converter_schemas": "off"},
+        "measurements": [compaction],
+    }
+    _, md_path = write_results(tmp_path, payload)
+    text = md_path.read_text()
+    assert "JSON converter schemas off." in text
+    assert "| 0.25x rate ❌ | >= 0.5x raw consumer |" in text
