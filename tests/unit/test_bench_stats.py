@@ -74,7 +74,7 @@ def test_a_target_is_judged_only_against_its_own_baseline():
 
 
 def test_the_results_name_the_converter_form_they_were_measured_with(tmp_path):
-    from bench.bench import write_results
+    from bench.bench import table_rows, write_results
 
     machine = {"cpu_model": "cpu", "cpus": 2, "memory_gib": 24, "python": "3.11", "kernel": "6", "loadavg": [0.1]}
     compaction = {
@@ -85,6 +85,7 @@ def test_the_results_name_the_converter_form_they_were_measured_with(tmp_path):
         "samples": [4.0],
         "baseline_name": "raw confluent-kafka consumer",
         "baseline_samples": [1.0],
+        "converter_schemas": "off",
     }
     payload = {
         "started": "2026-11-29T02-00-00Z",
@@ -96,4 +97,6 @@ def test_the_results_name_the_converter_form_they_were_measured_with(tmp_path):
     _, md_path = write_results(tmp_path, payload)
     text = md_path.read_text()
     assert "JSON converter schemas off." in text
-    assert "| 0.25x rate ❌ | >= 0.5x raw consumer |" in text
+    assert "| 0.25x rate ❌ | >= 0.5x raw consumer |" in text  # payload only: the higher target
+    (with_schemas,) = table_rows([{**compaction, "converter_schemas": "on"}])
+    assert (with_schemas["ratio_text"], with_schemas["target_text"]) == ("0.25x rate ✅", ">= 0.25x raw consumer")
