@@ -331,9 +331,14 @@ class TableRun:
         marked = kept(mark_duplicates(without_raw_values(changes), state=state))
         decoded = kept(decode_changes(marked, spec, self.table.key, self.settings.decode_options, lineage))
         changelog, undecodable = changelog_rows(decoded, self.table.key, segments=_several_partitions(ending))
-        quarantined = bad_records.unionByName(foreign_events(events, name)).unionByName(
-            with_raw_values(undecodable, events)
-        )
+        quarantined, foreign = bad_records, foreign_events(events, name)
+        with described(spark, f"compact_cdc {name}: events to quarantine"):
+            # Their messages are most of the events' bytes: the events are read back with them only
+            # when some events failed, which is seldom.
+            if foreign.select("offset").limit(1).count():
+                quarantined = quarantined.unionByName(foreign)
+            if undecodable.limit(1).count():
+                quarantined = quarantined.unionByName(with_raw_values(undecodable, events))
         self._write(quarantined, lake.quarantine, "quarantine (marks and decodes)")
         self._write(changelog, lake.changelog, "changelog")
         duplicates = marked.filter(F.col("duplicate_class").isNotNull()).select(

@@ -96,17 +96,19 @@ def write_source_rows(pg: psycopg.Connection) -> None:
     pg.execute("INSERT INTO public.edge_cases (id, label, added_later) VALUES (6, 'after the change', 7)")
 
 
-def write_bad_records(config: StackConfig) -> None:
-    """Straight to the topic, as a broken or misrouted producer would."""
+def write_bad_records(config: StackConfig) -> tuple[str, str]:
+    """Straight to the topic, as a broken or misrouted producer would; returns the malformed and foreign values."""
     sample = next(r for r in read_topic(config.bootstrap_servers, TOPIC, timeout=60) if r.payload)
     foreign = copy.deepcopy(sample.value)
     envelope = foreign.get("payload", foreign)
     envelope["source"]["table"] = "not_captured"
     envelope["after"] = {"id": 77, "unrelated": "column"}
     producer = Producer({"bootstrap.servers": config.bootstrap_servers, "message.max.bytes": MAX_MESSAGE_BYTES})
-    producer.produce(TOPIC, key=b'{"id": 99}', value=b'{"op": "c", "after": {"id": 99')
-    producer.produce(TOPIC, key=b'{"id": 77}', value=json.dumps(foreign).encode())
+    malformed, misrouted = '{"op": "c", "after": {"id": 99', json.dumps(foreign)
+    producer.produce(TOPIC, key=b'{"id": 99}', value=malformed.encode())
+    producer.produce(TOPIC, key=b'{"id": 77}', value=misrouted.encode())
     assert producer.flush(30) == 0, "the bad records were not delivered"
+    return malformed, misrouted
 
 
 def source_rows(pg: psycopg.Connection) -> dict[int, dict]:
@@ -157,7 +159,7 @@ def test_each_bad_input_has_a_counted_outcome_and_the_rest_of_the_batch_lands(
         timeout=180,
         what="the edge rows' events in Kafka",
     )
-    write_bad_records(config)
+    malformed, misrouted = write_bad_records(config)
 
     summary, report, _ = run_once(
         spark, config, edge_table, tmp_path, "edge-1", watermark_topic=f"{PREFIX}.public.cdc_watermark"
@@ -169,6 +171,10 @@ def test_each_bad_input_has_a_counted_outcome_and_the_rest_of_the_batch_lands(
     assert summary["quarantined"] == len(reasons)
     assert any(r.startswith("value is not valid JSON") for r in reasons), reasons
     assert f"event of public.not_captured in the topic of {TABLE}" in reasons, reasons
+    # each quarantined record keeps its message as Kafka held it
+    messages = {r["reason"]: r["raw_value"] for r in quarantine}
+    assert messages[f"event of public.not_captured in the topic of {TABLE}"] == misrouted
+    assert [m for reason, m in messages.items() if reason.startswith("value is not valid JSON")] == [malformed]
 
     source = source_rows(pg)
     lake = lake_rows(spark, tmp_path)
