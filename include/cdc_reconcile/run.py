@@ -332,14 +332,15 @@ class TableRun:
         decoded = kept(decode_changes(marked, spec, self.table.key, self.settings.decode_options, lineage))
         changelog, undecodable = changelog_rows(decoded, self.table.key, segments=_several_partitions(ending))
         quarantined, foreign = bad_records, foreign_events(events, name)
-        with described(spark, f"compact_cdc {name}: events to quarantine"):
+        # The first action on the decoded changes: marking and decoding run here.
+        with described(spark, f"compact_cdc {name}: marks, decodes and failed events"):
             # Their messages are most of the events' bytes: the events are read back with them only
             # when some events failed, which is seldom.
             if foreign.select("offset").limit(1).count():
                 quarantined = quarantined.unionByName(foreign)
             if undecodable.limit(1).count():
                 quarantined = quarantined.unionByName(with_raw_values(undecodable, events))
-        self._write(quarantined, lake.quarantine, "quarantine (marks and decodes)")
+        self._write(quarantined, lake.quarantine, "quarantine")
         self._write(changelog, lake.changelog, "changelog")
         duplicates = marked.filter(F.col("duplicate_class").isNotNull()).select(
             "key", "partition", "offset", "op", "source_txid", "source_lsn", "duplicate_class"
