@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from . import names
@@ -47,7 +47,7 @@ from .compaction import (
 )
 from .debezium.decoding import tag_decode_errors
 from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, TableSpec
-from .diff import EXTRA, MISSING, STALE, conform, encoded, seen_in_snapshot
+from .diff import EXTRA, MISSING, STALE, image_hash, images_differ, row_images, seen_in_snapshot
 from .visibility import PgSnapshot
 
 SOURCE_TO_TOPIC = "source->topic"
@@ -198,19 +198,13 @@ def lake_drift(
     keyed = names.columns(key)
     types = {f.name: f.dataType for f in source.schema.fields}
 
-    def image(df: DataFrame, name: str) -> DataFrame:
-        row = conform(df, source, columns)
-        return row.select(*keyed, F.struct(*names.columns(columns)).alias(name))
-
-    def hashed(name: str) -> Column:
-        text = F.concat(*(encoded(F.col(name).getField(c), types[c]) for c in columns))
-        return F.when(F.col(name).isNotNull(), F.sha2(text, 256))
-
-    joined = image(published, "_published").join(image(as_of, "_as_of"), keys, "full_outer")
+    joined = row_images(published, source, key, columns, "_published_").join(
+        row_images(as_of, source, key, columns, "_as_of_"), keys, "full_outer"
+    )
     kind = (
-        F.when(F.col("_published").isNull(), F.lit(MISSING))
-        .when(F.col("_as_of").isNull(), F.lit(EXTRA))
-        .when(~F.col("_published").eqNullSafe(F.col("_as_of")), F.lit(STALE))
+        F.when(F.col("_published_").isNull(), F.lit(MISSING))
+        .when(F.col("_as_of_").isNull(), F.lit(EXTRA))
+        .when(images_differ("_published_", "_as_of_", types, columns), F.lit(STALE))
     )
     drift = (
         joined.withColumn("kind", kind)
@@ -221,7 +215,7 @@ def lake_drift(
     return drift.select(
         *keyed,
         "kind",
-        hashed("_published").alias("lake_hash"),
-        hashed("_as_of").alias("source_hash"),
+        image_hash("_published_", types, columns).alias("lake_hash"),
+        image_hash("_as_of_", types, columns).alias("source_hash"),
         F.lit(IN_LAKE).alias("stage"),
     )

@@ -57,9 +57,9 @@ def test_markdown_table_rows():
 def test_a_target_is_judged_only_against_its_own_baseline():
     from bench.bench import table_rows
 
-    def diff(baseline: str, seconds: float) -> dict:
+    def diff(baseline: str, seconds: float, size: int = 10_000_000) -> dict:
         return {
-            "size": 1,
+            "size": size,
             "step": "diff (snapshot vs lake table)",
             "unit": "rows",
             "work": 10,
@@ -71,6 +71,8 @@ def test_a_target_is_judged_only_against_its_own_baseline():
     duckdb, datacompy = table_rows([diff("DuckDB", 1.0), diff("datacompy SparkSQLCompare", 20.0)])
     assert (duckdb["ratio_text"], duckdb["target_text"]) == ("2.00x time ❌", "<= 1.5x DuckDB time")
     assert (datacompy["ratio_text"], datacompy["target_text"]) == ("0.10x time", "-")
+    (at_1m,) = table_rows([diff("DuckDB", 1.0, size=1_000_000)])  # issue 16: 3x below 10M rows
+    assert (at_1m["ratio_text"], at_1m["target_text"]) == ("2.00x time ✅", "<= 3x DuckDB time")
 
 
 def test_the_results_name_the_converter_form_they_were_measured_with(tmp_path):

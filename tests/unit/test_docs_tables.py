@@ -120,6 +120,23 @@ def test_compaction_of_payload_only_messages_is_judged_on_its_own_target():
     assert table.endswith("| raw consumer (payload only) | 0.50 s, 2,000 events/s | 0.25x rate ❌ | >= 0.5x |")
 
 
+def test_the_diff_is_judged_on_3x_duckdb_below_10m_rows_and_on_1_5x_from_there():
+    def diff(size: int) -> dict:
+        return {
+            "size": size,
+            "step": "diff (snapshot vs lake table)",
+            "unit": "rows",
+            "work": size,
+            "samples": [2.0],
+            "baseline_name": "DuckDB",
+            "baseline_samples": [1.0],
+        }
+
+    rows = docs_tables.bench_table({"measurements": [diff(1_000_000), diff(10_000_000)]}).splitlines()[2:]
+    assert rows[0].endswith("| DuckDB | 1.00 s | 2.0x time ✅ | <= 3x |")
+    assert rows[1].endswith("| DuckDB | 1.00 s | 2.0x time ❌ | <= 1.5x |")
+
+
 def test_rendering_twice_changes_nothing_and_check_reports_a_stale_document(checkout: Path):
     docs_tables.main(["--root", str(checkout)])
     rendered = (checkout / "docs" / "performance.md").read_text()

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from cdc_reconcile.diff import STALE, conform, diff_rows, row_hash
+from cdc_reconcile.diff import EXTRA, MISSING, STALE, conform, diff_rows, row_hash
 
 
 def hashes(spark, schema, values):
@@ -101,3 +101,62 @@ def test_an_instant_hashes_the_same_in_any_session_time_zone(spark):
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
     assert in_utc == in_new_york
+
+
+def test_the_comparison_tells_apart_what_the_hash_does_and_nothing_else(spark):
+    """Rows are compared value by value; a floating-point value by its text, so ``-0.0`` is not ``0.0``."""
+    schema = "id long, x double, xs array<double>, tags array<string>, at timestamp"
+    at = dt.datetime(2024, 3, 10, 2, 30)
+    lake = spark.createDataFrame(
+        [
+            (1, 0.0, [1.0], ["a", None], at),
+            (2, float("nan"), [float("nan")], [None], at),
+            (3, 1.5, [0.0], [], None),
+            (4, None, None, None, None),
+        ],
+        schema,
+    )
+    source = spark.createDataFrame(
+        [
+            (1, -0.0, [1.0], ["a", None], at),
+            (2, float("nan"), [float("nan")], [None], at),
+            (3, 1.5, [-0.0], [], None),
+            (4, None, None, None, at),
+        ],
+        schema,
+    )
+    columns = ["id", "x", "xs", "tags", "at"]
+    diff = diff_rows(lake, source, ["id"], columns)
+    assertDataFrameEqual(
+        diff.select("id", "kind"), [Row(id=1, kind=STALE), Row(id=3, kind=STALE), Row(id=4, kind=STALE)]
+    )
+    expected = {
+        r["id"]: (r["lake_hash"], r["source_hash"])
+        for r in lake.select("id", row_hash(lake, columns).alias("lake_hash"))
+        .join(source.select("id", row_hash(source, columns).alias("source_hash")), "id")
+        .collect()
+    }
+    for row in diff.collect():
+        assert (row["lake_hash"], row["source_hash"]) == expected[row["id"]]
+        assert row["lake_hash"] != row["source_hash"]
+
+
+def test_missing_and_extra_rows_carry_one_hash(spark):
+    lake = spark.createDataFrame([(1, "a"), (2, "b")], "id long, note string")
+    source = spark.createDataFrame([(2, "b"), (3, "c")], "id long, note string")
+    rows = {r["id"]: r for r in diff_rows(lake, source, ["id"], ["id", "note"]).collect()}
+    assert rows[1]["kind"] == EXTRA and rows[1]["source_hash"] is None and rows[1]["lake_hash"]
+    assert rows[3]["kind"] == MISSING and rows[3]["lake_hash"] is None and rows[3]["source_hash"]
+    assert set(rows) == {1, 3}
+
+
+def test_a_map_column_is_refused_with_its_type(spark):
+    df = spark.createDataFrame([(1, {"a": "b"})], "id long, attrs map<string,string>")
+    with pytest.raises(ValueError, match="map<string,string>"):
+        diff_rows(df, df, ["id"], ["id", "attrs"])
+
+
+def test_a_key_named_like_the_comparisons_own_columns_is_refused(spark):
+    df = spark.createDataFrame([(1, "a")], "_lake_0 long, note string")
+    with pytest.raises(ValueError, match="'_lake_0' clashes"):
+        diff_rows(df, df, ["_lake_0"], ["_lake_0", "note"])
