@@ -317,6 +317,8 @@ class TableRun:
         tagged = kept(tag_envelopes(records))
         parsed, bad_records = split_envelopes(tagged)
         self._write(parsed, lake.events, "events")
+        # Counted now, while the records are in memory: later steps' caches push them out to disk.
+        records_read = tagged.count()
         events = run_partition(spark, lake.events, self.run_id)
         with described(spark, f"compact_cdc {name}: transactions"):
             transactions = self._record_transactions(
@@ -341,6 +343,9 @@ class TableRun:
             if undecodable.limit(1).count():
                 quarantined = quarantined.unionByName(with_raw_values(undecodable, events))
         self._write(quarantined, lake.quarantine, "quarantine")
+        # The records (with their messages) are not read again: let them go before the folds. Kept to
+        # the summary, a 1M-record initial load of a 2 GiB driver died reading them back from disk.
+        tagged.unpersist()
         self._write(changelog, lake.changelog, "changelog")
         duplicates = marked.filter(F.col("duplicate_class").isNotNull()).select(
             "key", "partition", "offset", "op", "source_txid", "source_lsn", "duplicate_class"
@@ -354,7 +359,7 @@ class TableRun:
             summary = {
                 "table": name,
                 "run_id": self.run_id,
-                "records": tagged.count(),
+                "records": records_read,
                 "quarantined": run_partition(spark, lake.quarantine, self.run_id).count(),
                 "changes": marked.count(),
                 "transactions": "not checked" if transactions is None else transactions,
@@ -364,7 +369,7 @@ class TableRun:
                 "table_bytes_written": getattr(self._published, "bytes_written", 0),
                 "seconds": round(time.monotonic() - began, 2),
             }
-        for cached in (tagged, marked, decoded):
+        for cached in (marked, decoded):
             cached.unpersist()
         self._forget_inputs()
         if self.settings.state_dsn:  # the next run opens after this range only once it is in the lake
