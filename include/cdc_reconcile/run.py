@@ -653,11 +653,12 @@ class TableRun:
         spec = {k: self._inputs.snapshot.spec[k] for k in self.table.key}
         return topic_changes(events, self.table.name, self.table.key, spec, self.settings.decode_options)
 
-    def _differences(self, as_of: DataFrame, changelog: DataFrame) -> DataFrame:
+    def _differences(self, as_of: DataFrame, changelog: DataFrame, *, step: str) -> DataFrame:
         """Per differing key: ``kind`` and the ``stage`` where it arose (:mod:`attribution`), persisted.
 
         The lake as of the snapshot against the snapshot, and the published table against the lake as
-        of the snapshot (stage ``lake``). Only a run with differences reads its events again.
+        of the snapshot (stage ``lake``). Only a run with differences reads its events again. ``step``
+        names the Spark jobs (``validate``, ``reconcile``...).
         """
         from pyspark.sql import functions as F
 
@@ -667,7 +668,8 @@ class TableRun:
         inputs, key, columns = self._inputs, self.table.key, list(self._inputs.snapshot.spec)
         visibility = inputs.snapshot.visibility
         found = kept(diff_rows(as_of, inputs.source, key, columns))
-        differing = found.count()
+        with described(self.spark, f"{step} {self.table.name}: the lake as of the snapshot, and its diff"):
+            differing = found.count()
         if differing:
             changes = kept(self._topic_changes())
             words = topic_words(changes, visibility, key)
@@ -680,26 +682,29 @@ class TableRun:
         if later is not None:
             drift = lake_drift(published, as_of, inputs.source, key, columns, changed_after=later, differing=found)
             diff = diff.unionByName(drift)
-        diff = kept(diff)
-        diff.count()
+        with described(self.spark, f"{step} {self.table.name}: where the differences arose, the published table"):
+            diff = kept(diff)
+            diff.count()
         found.unpersist()
         if changes is not None:
             changes.unpersist()
         return diff
 
     @_step
-    def check(self, *, with_repairs: bool = True) -> tuple[DiffReport, DataFrame]:
+    def check(self, *, with_repairs: bool = True, step: str = "check") -> tuple[DiffReport, DataFrame]:
         """The point-in-time diff: the lake as of the run's snapshot against the snapshot.
 
-        Returns the report and the persisted per-key diff (the caller unpersists it).
+        Returns the report and the persisted per-key diff (the caller unpersists it). ``step`` names
+        the Spark jobs.
         """
         from .diff import summarise
 
         inputs = self._inputs
         changelog = self._range_changelog(with_repairs=with_repairs)
         as_of = kept(self._as_of(changelog))
-        diff = self._differences(as_of, changelog)
-        report = summarise(diff, as_of, inputs.source, self.table.key)
+        diff = self._differences(as_of, changelog, step=step)
+        with described(self.spark, f"{step} {self.table.name}: the report"):
+            report = summarise(diff, as_of, inputs.source, self.table.key)
         as_of.unpersist()
         changelog.unpersist()
         return report, diff
@@ -733,7 +738,7 @@ class TableRun:
             raise PipelineError(f"{self.table.name}: no lake table for run {self.run_id!r}; run compact_cdc first")
         changelog = self._range_changelog(with_repairs=True)
         as_of = kept(self._as_of(changelog))
-        diff = self._differences(as_of, changelog)
+        diff = self._differences(as_of, changelog, step=f"validate ({phase.label})")
         key_text = F.to_json(F.struct(*names.columns(key)))
         differences = diff.select(
             *names.columns(key),
@@ -748,20 +753,21 @@ class TableRun:
                 for cause, column in DUPLICATE_COLUMNS.items()
             ),
         )
-        counts = {MISSING: 0, EXTRA: 0, STALE: 0, **{stage_count(stage): 0 for stage in STAGES}}
-        for row in diff.groupBy("kind", "stage").count().collect():
-            counts[row["kind"]] += row["count"]
-            counts[stage_count(row["stage"])] += row["count"]
-        counts.update(duplicate_counts(range_changelog))
-        counts["snapshot_rows"] = inputs.source.count()
-        unrepresentable = inputs.snapshot.metadata.get("unrepresentable") or {}
-        counts["unrepresentable"] = sum(unrepresentable.values())
-        quarantined = quarantine_dataset(self.spark, run_partition(self.spark, self.lake.quarantine, self.run_id))
-        counts["quarantined"] = quarantined.count()
-        checked = run_partition(self.spark, self.lake.transactions, self.run_id)
-        by_status = transaction_counts(checked)
-        counts["incomplete_transactions"] = sum(by_status.get(status, 0) for status in NO_END_OR_INCOMPLETE)
-        counts["transactions_checked"] = sum(by_status.values())
+        with described(self.spark, f"validate {self.table.name} ({phase.label}): counts"):
+            counts = {MISSING: 0, EXTRA: 0, STALE: 0, **{stage_count(stage): 0 for stage in STAGES}}
+            for row in diff.groupBy("kind", "stage").count().collect():
+                counts[row["kind"]] += row["count"]
+                counts[stage_count(row["stage"])] += row["count"]
+            counts.update(duplicate_counts(range_changelog))
+            counts["snapshot_rows"] = inputs.source.count()
+            unrepresentable = inputs.snapshot.metadata.get("unrepresentable") or {}
+            counts["unrepresentable"] = sum(unrepresentable.values())
+            quarantined = quarantine_dataset(self.spark, run_partition(self.spark, self.lake.quarantine, self.run_id))
+            counts["quarantined"] = quarantined.count()
+            checked = run_partition(self.spark, self.lake.transactions, self.run_id)
+            by_status = transaction_counts(checked)
+            counts["incomplete_transactions"] = sum(by_status.get(status, 0) for status in NO_END_OR_INCOMPLETE)
+            counts["transactions_checked"] = sum(by_status.values())
         with described(self.spark, f"validate {self.table.name} ({phase.label})"):
             outcome = run_suite(
                 {
@@ -807,7 +813,7 @@ class TableRun:
         began = time.monotonic()
         self._refuse_if_expired()
         inputs, key, lake = self._inputs, self.table.key, self.lake
-        report, diff = self.check(with_repairs=False)
+        report, diff = self.check(with_repairs=False, step="reconcile")
         base = run_changelog(self.spark, lake, self.run_id, with_repairs=False)
         repairs = repair_events(
             diff,
