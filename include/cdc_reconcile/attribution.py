@@ -47,7 +47,7 @@ from .compaction import (
 )
 from .debezium.decoding import tag_decode_errors
 from .debezium.pgtypes import DEFAULT_OPTIONS, DecodeOptions, TableSpec
-from .diff import EXTRA, MISSING, STALE, image_hash, images_differ, row_images, seen_in_snapshot
+from .diff import conform, diff_rows, seen_in_snapshot
 from .visibility import PgSnapshot
 
 SOURCE_TO_TOPIC = "source->topic"
@@ -190,32 +190,13 @@ def lake_drift(
     snapshot, other than keys changed after it (``changed_after``) or already ``differing`` from the source.
 
     Kinds as :func:`diff.diff_rows` gives them against the lake as of the snapshot, which equals the
-    source on these keys: ``missing`` (the published table lacks the row), ``extra``, ``stale``. The
-    two tables are compared value by value in the source's types (no hash over every row: this check
-    reads the whole table every run); only the differing rows are hashed, for the audit.
+    source on these keys: ``missing`` (the published table lacks the row), ``extra``, ``stale``. It is
+    that comparison, the published table against the lake as of the snapshot in the source's types.
     """
     keys = list(key)
-    keyed = names.columns(key)
-    types = {f.name: f.dataType for f in source.schema.fields}
-
-    joined = row_images(published, source, key, columns, "_published_").join(
-        row_images(as_of, source, key, columns, "_as_of_"), keys, "full_outer"
-    )
-    kind = (
-        F.when(F.col("_published_").isNull(), F.lit(MISSING))
-        .when(F.col("_as_of_").isNull(), F.lit(EXTRA))
-        .when(images_differ("_published_", "_as_of_", types, columns), F.lit(STALE))
-    )
     drift = (
-        joined.withColumn("kind", kind)
-        .filter(F.col("kind").isNotNull())
+        diff_rows(published, conform(as_of, source, columns), key, columns)
         .join(changed_after, keys, "left_anti")
-        .join(differing.select(*keyed), keys, "left_anti")
+        .join(differing.select(*names.columns(key)), keys, "left_anti")
     )
-    return drift.select(
-        *keyed,
-        "kind",
-        image_hash("_published_", types, columns).alias("lake_hash"),
-        image_hash("_as_of_", types, columns).alias("source_hash"),
-        F.lit(IN_LAKE).alias("stage"),
-    )
+    return drift.withColumn("stage", F.lit(IN_LAKE))

@@ -267,17 +267,24 @@ def read(spark: SparkSession, location: str | Path, version: int | None = None) 
 # writing
 
 
+def leaf_types(data_type: T.DataType) -> Iterator[T.DataType]:
+    """The types a value of ``data_type`` is made of: arrays and structs opened, every other type as is."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.ArrayType):
+        yield from leaf_types(data_type.elementType)
+    elif isinstance(data_type, T.StructType):
+        for f in data_type.fields:
+            yield from leaf_types(f.dataType)
+    else:
+        yield data_type
+
+
 def _comparable(data_type: T.DataType) -> bool:
     """Whether Spark can hash and sort the type (maps and variants cannot)."""
     from pyspark.sql import types as T
 
-    if isinstance(data_type, T.MapType | T.VariantType):
-        return False
-    if isinstance(data_type, T.ArrayType):
-        return _comparable(data_type.elementType)
-    if isinstance(data_type, T.StructType):
-        return all(_comparable(f.dataType) for f in data_type.fields)
-    return True
+    return not any(isinstance(t, T.MapType | T.VariantType) for t in leaf_types(data_type))
 
 
 def deterministic(df: DataFrame, sort_by: Sequence[str] | None = None, partitions: int = 1) -> DataFrame:
