@@ -162,7 +162,7 @@ def attribute(
     )
     holds_word = F.coalesce(topic.eqNullSafe(F.col("_lake")), F.lit(False))
     stage = F.when(holds_word, F.lit(SOURCE_TO_TOPIC)).otherwise(F.lit(TOPIC_TO_LAKE))
-    return rows.withColumn("stage", stage).select(*diff.columns, "stage")
+    return rows.withColumn("stage", stage).select(*names.columns(diff.columns), "stage")
 
 
 def changed_after_snapshot(changelog: DataFrame, snapshot: PgSnapshot, key: Sequence[str]) -> DataFrame | None:

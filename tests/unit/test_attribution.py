@@ -168,3 +168,20 @@ def test_the_topics_last_word_on_a_key_back_in_a_partition_it_left_is_its_newest
         words.select("id", "word.op", "word.source_lsn"),
         [Row(id=1, op="u", source_lsn=1003), Row(id=2, op="c", source_lsn=1006)],
     )
+
+
+def test_a_key_named_with_a_dot_is_attributed_by_its_exact_name(spark):
+    """``order.id`` is one column, not the field ``id`` of a struct ``order``."""
+    key = ["order.id"]
+    diff = spark.createDataFrame(
+        [(1, STALE, "a", "b")], "`order.id` bigint, kind string, lake_hash string, source_hash string"
+    )
+    as_of = spark.createDataFrame(
+        [(1, "u", 201, 20)], "`order.id` bigint, _cdc_op string, _cdc_txid bigint, _cdc_lsn bigint"
+    )
+    words = spark.createDataFrame(
+        [(1, ("u", 201, 20))], "`order.id` bigint, word struct<op:string,source_txid:bigint,source_lsn:bigint>"
+    )
+    attributed = attribute(diff, as_of, None, words, key)
+    assert attributed.columns == ["order.id", "kind", "lake_hash", "source_hash", "stage"]
+    assertDataFrameEqual(attributed.select("`order.id`", "stage"), [Row(**{"order.id": 1, "stage": SOURCE_TO_TOPIC})])
