@@ -4,12 +4,7 @@
 #   bash bench/run.sh --sizes 100000,1000000 --repeats 3
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bash "$ROOT/scripts/setup.sh"
-stamp=$(sha256sum "$ROOT/bench/requirements.txt" | cut -d' ' -f1)
-if [ "$(cat "$ROOT/.venv/.cdc-bench-stamp" 2>/dev/null)" != "$stamp" ]; then
-  "$ROOT/.venv/bin/python" -m pip install -q -r "$ROOT/bench/requirements.txt" -c "$ROOT/constraints.txt"
-  echo "$stamp" > "$ROOT/.venv/.cdc-bench-stamp"
-fi
+bash "$ROOT/bench/install.sh"
 export CDC_RUN_DIR=${CDC_BENCH_RUN_DIR:-$ROOT/.run/bench-stack}
 export CDC_PG_PORT=${CDC_BENCH_PG_PORT:-25452}
 export CDC_KAFKA_PORT=${CDC_BENCH_KAFKA_PORT:-29112}
