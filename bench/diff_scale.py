@@ -68,10 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (source_dir / "snapshot").is_dir() or not (source_dir / "table").is_dir():
         parser.error(f"{source_dir} has no snapshot/ and table/ Parquet: run bash bench/run.sh first, it exports them")
 
-    from cdc_reconcile.spark import build_session
+    from cdc_dev.stack import StackConfig
+    from cdc_reconcile.spark import build_session, spark_jars
 
     driver_memory = os.environ.get("CDC_SPARK_DRIVER_MEMORY", "2g")
-    spark = build_session("cdc-bench-diff-scale", master="local[2]", jars=[])
+    # the session bench/run.sh measures the diff in: its settings and jars
+    spark = build_session("cdc-bench", master="local[2]", jars=spark_jars(str(StackConfig().spark_jars_dir)))
     spark.sparkContext.setLogLevel("ERROR")
     out_dir = source_dir.parent / f"{source_dir.name}-x{args.copies}"
     began = time.perf_counter()
