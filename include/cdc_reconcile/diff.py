@@ -207,6 +207,12 @@ class DiffReport:
     def clean(self) -> bool:
         return self.differences == 0 and self.duplicate_keys == 0 and self.lake_rows == self.source_rows
 
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> DiffReport:
+        """The report :meth:`as_dict` wrote (``clean`` is derived, not read)."""
+        fields = ("lake_rows", "source_rows", "counts", "samples", "duplicate_keys", "stages")
+        return cls(**{name: document[name] for name in fields})
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "lake_rows": self.lake_rows,

@@ -96,6 +96,11 @@ class TableLake:
     def audit(self) -> str:
         return storage.join(self.base, "audit")
 
+    @property
+    def findings(self) -> str:
+        """The differences a failed ``validate`` found before repair, for ``reconcile`` to take up."""
+        return storage.join(self.base, "findings")
+
 
 @dataclass(frozen=True)
 class SnapshotInfo:

@@ -19,7 +19,17 @@ from .lake import TableLake, version_name
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-PER_RUN_DATASETS = ("events", "quarantine", "transactions", "changelog", "duplicates", "repairs", "audit", "snapshot")
+PER_RUN_DATASETS = (
+    "events",
+    "quarantine",
+    "transactions",
+    "changelog",
+    "duplicates",
+    "repairs",
+    "audit",
+    "findings",
+    "snapshot",
+)
 
 
 class RunExpired(InputError):

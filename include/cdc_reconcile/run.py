@@ -790,6 +790,8 @@ class TableRun:
                 data_docs_assets=self.settings.data_docs_assets,
                 lock=state_store.held_lock(self.settings.state_dsn, GX_LOCK) if self.settings.state_dsn else None,
             )
+        if phase is Phase.BEFORE_REPAIR and not outcome.success:
+            self._keep_findings(diff, as_of)
         as_of.unpersist()
         diff.unpersist()
         changelog.unpersist()
@@ -799,12 +801,86 @@ class TableRun:
                 run_state.record_suite_outcome(conn, outcome.as_dict(), phase)
         return outcome
 
+    def _findings_inputs(self) -> dict[str, Any]:
+        """What the run's differences are computed from: the versions of the datasets the check reads,
+        the key and the decoding settings. Findings are taken up only while all of these are the same.
+
+        The per-run datasets are read at their newest version, so any commit to them counts, another
+        writer's too; the lake table and the key state are read at versions the run pinned.
+        """
+        lake = self.lake
+        own_repairs = storage.run_commit(self.spark, lake.repairs, self.version)
+        table = table_versions(self.spark, lake, self.run_id)
+        return {
+            **{
+                dataset: storage.latest_version(self.spark, getattr(lake, dataset))
+                for dataset in ("snapshot", "events", "changelog", "repairs")
+            },
+            "own_repairs": None if own_repairs is None else own_repairs.version,
+            "table": None if table.own is None else table.own.version,
+            "previous_table": None if table.full_rescan else table.base,
+            "key_state_base": run_versions(self.spark, self.lake.key_state, self.run_id).base,
+            "key": list(self.table.key),
+            "decode_options": repr(self.settings.decode_options),
+        }
+
+    def _keep_findings(self, diff: DataFrame, as_of: DataFrame) -> None:
+        """Store the differences (and their report) of a failed suite before repair, with the inputs
+        they were computed from, so that ``reconcile`` need not compute them again."""
+        from .diff import summarise
+
+        with described(self.spark, f"validate {self.table.name}: the findings kept for reconcile"):
+            report = summarise(diff, as_of, self._inputs.source, self.table.key)
+            commit = storage.replace_partition(
+                diff,
+                self.lake.findings,
+                self.version,
+                sort_by=list(self.table.key),
+                metadata={"inputs": self._findings_inputs(), "report": report.as_dict()},
+            )
+        self._record_commit("findings", self.lake.findings, commit)
+
+    def _taken_findings(self) -> tuple[DiffReport, DataFrame] | None:
+        """``validate``'s findings before repair, when nothing they were computed from has changed since
+        and no repair is in the range yet (validate reads the range with its repairs, reconcile without)."""
+        from .diff import DiffReport
+
+        commit = storage.run_commit(self.spark, self.lake.findings, self.version)
+        if commit is None:
+            return None
+        recorded, now = commit.metadata.get("inputs"), self._findings_inputs()
+        if recorded != now or now["own_repairs"] is not None:
+            changed = sorted(k for k in now if not isinstance(recorded, dict) or recorded.get(k) != now[k])
+            log.info(
+                "%s: run %s: validate's findings are not taken (changed since: %s); computing them again",
+                self.table.name,
+                self.run_id,
+                ", ".join(changed) or "repairs in the range",
+            )
+            return None
+        from . import names
+
+        stored = run_partition(self.spark, self.lake.findings, self.run_id)
+        # the dataset's schema is the union of its runs' columns: this run's key and the diff's own
+        diff = stored.select(*names.columns(self.table.key), "kind", "lake_hash", "source_hash", "stage")
+        report = DiffReport.from_dict(commit.metadata["report"])
+        log.info(
+            "%s: run %s: validate's findings taken (Delta version %s of %s): %s",
+            self.table.name,
+            self.run_id,
+            commit.version,
+            self.lake.findings,
+            report.counts,
+        )
+        return report, kept(diff)
+
     @_step
     def reconcile(self, *, dry_run: bool = False) -> dict[str, Any]:
         """Repair events for every difference, duplicates dropped from the changelog, the table re-folded.
 
         The diff is taken without this run's earlier repairs, so running reconcile again writes the
-        same repairs, not none. ``dry_run`` writes only the audit. With a state database the audit
+        same repairs, not none. It is ``validate``'s (``findings``) while nothing it was computed from
+        changed, else computed again. ``dry_run`` writes only the audit. With a state database the audit
         rows also go to ``cdc_reconcile.repair_audit``, replacing what an earlier try wrote.
         """
         from .diff import visible_changes
@@ -813,7 +889,8 @@ class TableRun:
         began = time.monotonic()
         self._refuse_if_expired()
         inputs, key, lake = self._inputs, self.table.key, self.lake
-        report, diff = self.check(with_repairs=False, step="reconcile")
+        taken = self._taken_findings()
+        report, diff = taken or self.check(with_repairs=False, step="reconcile")
         base = run_changelog(self.spark, lake, self.run_id, with_repairs=False)
         repairs = repair_events(
             diff,
@@ -839,6 +916,7 @@ class TableRun:
             "run_id": self.run_id,
             "dry_run": dry_run,
             "found": report.as_dict(),
+            "findings": "validate's" if taken else "computed",
             "audit": {r["kind"]: r["count"] for r in audit_written.groupBy("kind").count().collect()},
             "repair_events": 0 if dry_run else run_partition(self.spark, lake.repairs, self.run_id).count(),
             "seconds": round(time.monotonic() - began, 2),

@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -21,6 +22,8 @@ from cdc_reconcile import errors, kafka_offsets
 from cdc_reconcile.config import TableConfig, load_config
 from cdc_reconcile.diff import EXTRA, MISSING, STALE
 from cdc_reconcile.lake import TableLake
+from cdc_reconcile.phase import Phase
+from cdc_reconcile.run import TableRun
 from tests.support.kafka import read_topic, unwrap
 from tests.support.lake import delta_rows, versions
 from tests.support.polling import eventually
@@ -100,11 +103,18 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     assert sorted(s["id"] for s in report.samples[MISSING]) == sorted(missing_ids)
 
     lost_1 = table_run(spark, config, table, lake, "lost-1")
+    lost_1 = TableRun(table, "lost-1", replace(lost_1.settings, gx_root=str(lake / "gx")), spark=spark)
+    assert not lost_1.validate(Phase.BEFORE_REPAIR).success  # keeps its findings for reconcile
     dry = lost_1.reconcile(dry_run=True)
+    assert dry["findings"] == "validate's"
     assert dry["audit"] == {MISSING: 4, STALE: 3, EXTRA: 2} and dry["repair_events"] == 0
     assert not lost_1.check()[0].clean
 
+    # compact_cdc again (a cleared task): the changelog has a new version, so the findings are computed again
+    lost_1.compact()
     repaired = lost_1.reconcile()
+    assert repaired["findings"] == "computed"
+    assert repaired["found"]["counts"] == dry["found"]["counts"] == {MISSING: 4, STALE: 3, EXTRA: 2}
     assert repaired["repair_events"] == 9
     audit = delta_rows(table_lake.audit, run="lost-1")
     named = {(json.loads(r["key"])["id"], r["kind"]) for r in audit}
@@ -114,6 +124,7 @@ def test_lost_events_are_detected_exactly_and_repaired(stack, config, spark, lak
     assert lost_1.check()[0].clean
 
     again = lost_1.reconcile()
+    assert again["findings"] == "computed", "the range holds this run's repairs: validate's findings do not stand"
     assert again["repair_events"] == 9, "reconcile is idempotent: the same repairs, not doubled and not lost"
     lake_rows = {r["id"]: r for r in delta_rows(table_lake.table)}
     with pg.cursor() as cur:

@@ -327,6 +327,7 @@ def test_lost_events_that_a_dry_run_cannot_repair_fail_the_run_with_a_critical_a
     assert result.state == "failed", result
     assert_ran_on_spark_connect(spark_connect, result)
     assert task(result, "reconcile") == "success"
+    assert '"findings": "validate\'s"' in result.log.read_text(), "reconcile took validate's findings"
     assert task(result, "confirm_repair") == "failed"
     assert task(result, "publish_lake_table") in ("upstream_failed", "skipped")
     counts = outcome(config, result.run_id, Phase.BEFORE_REPAIR)["counts"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
 from cdc_reconcile.compaction import fold_table, mark_duplicates
-from cdc_reconcile.diff import EXTRA, MISSING, STALE, diff_rows, lake_as_of, summarise, visible_changes
+from cdc_reconcile.diff import EXTRA, MISSING, STALE, DiffReport, diff_rows, lake_as_of, summarise, visible_changes
 from cdc_reconcile.repair import audit_rows, repair_events
 from cdc_reconcile.visibility import PgSnapshot
 from tests.support.frames import ITEMS_KEY, ITEMS_SPEC, item_changes, item_event, item_truncate, items, typed_changelog
@@ -82,6 +84,8 @@ def test_diff_names_missing_extra_and_stale_keys(spark):
     assert report.counts == {MISSING: 1, EXTRA: 0, STALE: 2}
     assert report.samples[MISSING] == [{"id": 3}]
     assert not report.clean
+    kept = DiffReport.from_dict(json.loads(json.dumps(report.as_dict())))  # as validate's findings keep it
+    assert kept == report and not kept.clean
     extra = diff_rows(snapshot, lake, ITEMS_KEY, COLUMNS)
     assert {r["kind"] for r in extra.collect()} == {EXTRA, STALE}
 
