@@ -125,14 +125,33 @@ class RunSettings:
 FEW_DIFFERENCES = 200_000
 
 
-@dataclass
 class _Inputs:
-    """What the diff-based steps read, loaded once: the snapshot, its rows, the previous table, history."""
+    """What the diff-based steps read, loaded once: the snapshot and its rows; the previous table and
+    the earlier snapshot rounds when a step first folds (reconcile on validate's findings does not)."""
 
-    snapshot: SnapshotInfo
-    source: DataFrame
-    previous: DataFrame | None
-    history: DataFrame | None
+    def __init__(
+        self,
+        snapshot: SnapshotInfo,
+        source: DataFrame,
+        previous: Callable[[], DataFrame | None],
+        history: Callable[[], DataFrame | None],
+    ) -> None:
+        self.snapshot, self.source = snapshot, source
+        self._load_previous, self._load_history = previous, history
+
+    @cached_property
+    def previous(self) -> DataFrame | None:
+        return self._load_previous()
+
+    @cached_property
+    def history(self) -> DataFrame | None:
+        return self._load_history()
+
+    def forget(self) -> None:
+        """Let the previous table go, if it was loaded."""
+        previous = self.__dict__.pop("previous", None)
+        if previous is not None:
+            previous.unpersist()
 
 
 class TableRun:
@@ -603,23 +622,26 @@ class TableRun:
     @cached_property
     def _inputs(self) -> _Inputs:
         versions = table_versions(self.spark, self.lake, self.run_id)
-        previous, _ = previous_table(self.spark, self.lake, self.run_id, versions)
-        full_rescan = versions.full_rescan
         snapshot = snapshot_info(self.spark, self.lake, self.run_id)
-        conformed = self._conformed(previous, self._lineage(snapshot, previous))
+
+        def previous() -> DataFrame | None:
+            table, _ = previous_table(self.spark, self.lake, self.run_id, versions)
+            conformed = self._conformed(table, self._lineage(snapshot, table))
+            # the fold reads the previous table in several branches, and on Spark Connect each branch
+            # lists its files again when the query is planned (31 times in a demo-size check): kept
+            return None if conformed is None else kept(conformed)
+
         return _Inputs(
             snapshot=snapshot,
             source=source_rows(self.spark, self.lake, self.run_id),
-            # the fold reads the previous table in several branches, and on Spark Connect each branch
-            # lists its files again when the query is planned (31 times in a demo-size check): kept
-            previous=None if conformed is None else kept(conformed),
-            history=None if full_rescan else self._rounds_before(),
+            previous=previous,
+            history=lambda: None if versions.full_rescan else self._rounds_before(),
         )
 
     def _forget_inputs(self) -> None:
         inputs = self.__dict__.pop("_inputs", None)
-        if inputs is not None and inputs.previous is not None:
-            inputs.previous.unpersist()
+        if inputs is not None:
+            inputs.forget()
 
     def _range_changelog(self, *, with_repairs: bool) -> DataFrame:
         """The run's changelog range (repairs included when asked), kept for the fold that reads it.
