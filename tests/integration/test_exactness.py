@@ -129,7 +129,9 @@ def test_a_key_and_columns_named_with_a_dot_and_a_space_are_compared_and_repaire
 
     run = validating_run(spark, config, table, tmp_path, "names-2")
     assert not run.validate(Phase.BEFORE_REPAIR).success
-    assert run.reconcile()["repair_events"] == 6
+    repaired = run.reconcile()
+    assert repaired["findings"] == "validate's", "the findings kept under the dotted key are read back by name"
+    assert repaired["repair_events"] == 6
     assert run.check()[0].clean
     repaired = run.validate(Phase.AFTER_REPAIR)
     assert repaired.success, describe(repaired)
