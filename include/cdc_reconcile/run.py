@@ -503,9 +503,11 @@ class TableRun:
         with described(self.spark, f"compact_cdc {self.table.name}: {what}"):
             self._replace(df, path, what.split(" ")[0], sort_by=["partition", "offset"])
 
-    def _replace(self, df: DataFrame, path: str, dataset: str, *, sort_by: list[str]) -> storage.Commit:
+    def _replace(
+        self, df: DataFrame, path: str, dataset: str, *, sort_by: list[str], metadata: dict[str, Any] | None = None
+    ) -> storage.Commit:
         """Replace this run's partition of a per-run dataset in one commit, recorded in the state database."""
-        commit = storage.replace_partition(df, path, self.version, sort_by=sort_by)
+        commit = storage.replace_partition(df, path, self.version, sort_by=sort_by, metadata=metadata)
         self._record_commit(dataset, path, commit)
         return commit
 
@@ -841,7 +843,7 @@ class TableRun:
             "own_repairs": None if own_repairs is None else own_repairs.version,
             "table": None if table.own is None else table.own.version,
             "previous_table": None if table.full_rescan else table.base,
-            "key_state_base": run_versions(self.spark, self.lake.key_state, self.run_id).base,
+            "key_state_base": run_versions(self.spark, lake.key_state, self.run_id).base,
             "key": list(self.table.key),
             "decode_options": repr(self.settings.decode_options),
         }
@@ -853,18 +855,18 @@ class TableRun:
 
         with described(self.spark, f"validate {self.table.name}: the findings kept for reconcile"):
             report = summarise(diff, as_of, self._inputs.source, self.table.key)
-            commit = storage.replace_partition(
+            self._replace(
                 diff,
                 self.lake.findings,
-                self.version,
+                "findings",
                 sort_by=list(self.table.key),
                 metadata={"inputs": self._findings_inputs(), "report": report.as_dict()},
             )
-        self._record_commit("findings", self.lake.findings, commit)
 
     def _taken_findings(self) -> tuple[DiffReport, DataFrame] | None:
         """``validate``'s findings before repair, when nothing they were computed from has changed since
         and no repair is in the range yet (validate reads the range with its repairs, reconcile without)."""
+        from . import names
         from .diff import DiffReport
 
         commit = storage.run_commit(self.spark, self.lake.findings, self.version)
@@ -880,8 +882,6 @@ class TableRun:
                 ", ".join(changed) or "repairs in the range",
             )
             return None
-        from . import names
-
         stored = run_partition(self.spark, self.lake.findings, self.run_id)
         # the dataset's schema is the union of its runs' columns: this run's key and the diff's own
         diff = stored.select(*names.columns(self.table.key), "kind", "lake_hash", "source_hash", "stage")
