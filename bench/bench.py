@@ -40,6 +40,7 @@ import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import stats
+from cdc_dev import bench_targets
 from cdc_dev.stack import Stack, StackConfig
 from cdc_reconcile import kafka_offsets, state_store, storage
 from cdc_reconcile.config import PipelineConfig, TableConfig
@@ -593,29 +594,20 @@ def _topic_exists(bootstrap: str, topic: str) -> bool:
 # --------------------------------------------------------------------------------------------------
 # report
 
-# step -> (kind, bound, target text, the baseline the target is judged against; None: no judgement)
-TARGETS = {
-    "compaction (initial load)": ("throughput", 0.25, ">= 0.25x raw consumer", "raw confluent-kafka consumer"),
-    "compaction (hourly range)": ("throughput", 0.25, ">= 0.25x raw consumer", "raw confluent-kafka consumer"),
-    "diff (snapshot vs lake table)": ("time", 1.5, "<= 1.5x DuckDB time", "DuckDB"),
-    "point-in-time check (fold as of snapshot + diff)": ("time", 1.5, "(<= 1.5x DuckDB time)", None),
-    "hourly run (pipeline steps)": ("wall", 120.0, "< 120 s at 1M rows / 100k changes", None),
-}
-# Issue 16 asks more of compaction over payload-only messages (the converter's schemas off): no schema to skip.
-PAYLOAD_ONLY_COMPACTION = ("throughput", 0.5, ">= 0.5x raw consumer", "raw confluent-kafka consumer")
-# and of the diff from 10M rows on (1.5x), where Spark's fixed cost per job weighs least; 3x below.
-DIFF_AT_SCALE = 10_000_000
-DIFF_BELOW_SCALE = ("time", 3.0, "<= 3x DuckDB time", "DuckDB")
-
 
 def target(m: dict[str, Any]) -> tuple[str, float, str, str | None]:
-    """The target a measurement is judged on: compaction's depends on the converter form it read, the
-    diff's on the size."""
-    if m["step"].startswith("compaction") and m.get("converter_schemas") == "off":
-        return PAYLOAD_ONLY_COMPACTION
-    if m["step"] == "diff (snapshot vs lake table)" and m["size"] < DIFF_AT_SCALE:
-        return DIFF_BELOW_SCALE
-    return TARGETS.get(m["step"], ("", 0.0, "-", None))
+    """The target a measurement is judged on (:mod:`cdc_dev.bench_targets`), with this report's text:
+    kind, bound, text, and the baseline it is judged against (None: no judgement against a baseline)."""
+    found = bench_targets.target(m)
+    if found is None:
+        return "", 0.0, "-", None
+    if found.kind == "throughput":
+        text = f"{found.text} raw consumer"
+    elif found.kind == "time":
+        text = f"{found.text} DuckDB time" if found.judged else f"({found.text} DuckDB time)"
+    else:
+        text = f"{found.text} at 1M rows / 100k changes"
+    return found.kind, found.bound, text, found.baseline
 
 
 def table_rows(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -644,7 +636,7 @@ def table_rows(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "wall":
             peak = m.get("peak_driver_jvm_rss_mib", 0)
             met = ""
-            if m["size"] == 1_000_000:
+            if m["size"] == bench_targets.HOURLY_TARGET_SIZE:
                 met = " ✅" if ours["median"] < bound else " ❌"
             row["ratio_text"] = f"driver JVM peak RSS {peak:,.0f} MiB{met}"
             row["target_text"] = target_text

@@ -49,6 +49,7 @@ from psycopg import sql
 from bench import stats
 from bench.bench import machine, redeliver
 from bench.stage_times import event_lines, event_logs
+from cdc_dev import bench_targets
 from cdc_dev.demo import AirflowApi, follow_run
 from cdc_dev.stack import Stack, StackConfig
 from cdc_dev.stack.process import wait_until
@@ -57,7 +58,6 @@ from cdc_reconcile import state_store
 DAG_ID = "cdc_reconciliation"
 TABLE = "public.customers"
 ROOT = Path(__file__).resolve().parent
-TARGETS = {"demo": 60.0, "hourly-1m": 120.0, "ten-tables": 240.0}
 WATERMARK_TABLE = "public.cdc_watermark"
 
 
@@ -73,7 +73,7 @@ class Scenario:
 
     @property
     def target_seconds(self) -> float | None:
-        return TARGETS.get(self.name)
+        return bench_targets.DAG_RUN_SECONDS.get(self.name)
 
     @property
     def table_names(self) -> list[str]:
@@ -535,7 +535,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     if not runs:
         return [*lines, "", "no measured run succeeded"]
     wall = stats.summarise([r["seconds"] for r in runs])
-    target = TARGETS.get(scenario["name"])
+    target = bench_targets.DAG_RUN_SECONDS.get(scenario["name"])
     verdict = ""
     if target is not None:
         verdict = f" (target <= {target:.0f} s: " + ("met)" if wall["median"] <= target else "missed)")

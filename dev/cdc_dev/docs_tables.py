@@ -22,10 +22,19 @@ import json
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cdc_dev.bench_targets import (
+    DIFF_STEP,
+    DUCKDB,
+    HOURLY_RUN,
+    HOURLY_TARGET_SIZE,
+    POINT_IN_TIME_STEP,
+    RAW_CONSUMER,
+    target,
+)
 from cdc_dev.faults.report import load_results, matrix
 
 END_MARKER = "<!-- END generated -->"
@@ -54,44 +63,22 @@ def replace_generated(text: str, name: str, table: str, *, where: str = "the doc
 
 @dataclass(frozen=True)
 class Step:
-    """How one measured figure is shown: its place, the baseline's label, and the target it is judged on."""
+    """How one measured figure is shown: its place, the baseline's label, and whether its ratio is of rates."""
 
     step: str
     baseline: str | None
     label: str = "-"
     throughput: bool = False
-    target: str = "-"
-    judged: Callable[[float], bool] | None = None
 
-
-HOURLY_RUN = "hourly run (pipeline steps)"
-HOURLY_TARGET_SECONDS = 120.0
-HOURLY_TARGET_SIZE = 1_000_000
-DIFF_STEP = "diff (snapshot vs lake table)"
-DIFF_AT_SCALE = 10_000_000  # issue 16: the diff within 1.5x DuckDB's time from 10M rows on, 3x below
 
 # Table order: by step, then by size. A figure of a step not listed here follows, in file order.
 STEPS = (
     Step("snapshot", "COPY TO STDOUT", "`COPY TO STDOUT`"),
-    Step(
-        "compaction (initial load)",
-        "raw confluent-kafka consumer",
-        "raw consumer",
-        throughput=True,
-        target=">= 0.25x",
-        judged=lambda r: r >= 0.25,
-    ),
-    Step(
-        "compaction (hourly range)",
-        "raw confluent-kafka consumer",
-        "raw consumer",
-        throughput=True,
-        target=">= 0.25x",
-        judged=lambda r: r >= 0.25,
-    ),
-    Step(DIFF_STEP, "DuckDB", "DuckDB", target="<= 1.5x", judged=lambda r: r <= 1.5),
+    Step("compaction (initial load)", RAW_CONSUMER, "raw consumer", throughput=True),
+    Step("compaction (hourly range)", RAW_CONSUMER, "raw consumer", throughput=True),
+    Step(DIFF_STEP, DUCKDB, DUCKDB),
     Step(DIFF_STEP, "datacompy SparkSQLCompare", "datacompy `SparkSQLCompare`"),
-    Step("point-in-time check (fold as of snapshot + diff)", "DuckDB (plain diff)", "DuckDB (plain diff)"),
+    Step(POINT_IN_TIME_STEP, "DuckDB (plain diff)", "DuckDB (plain diff)"),
     Step(HOURLY_RUN, None),
 )
 
@@ -130,13 +117,13 @@ class _Seconds:
 
 
 def _hourly_row(m: Mapping[str, Any], ours: str, our_rate: str) -> list[str]:
-    target = f"< {HOURLY_TARGET_SECONDS:.0f} s at 1M / 100k"
-    if m["size"] == HOURLY_TARGET_SIZE:
-        median = statistics.median(m["samples"])
-        met = "✅" if median < HOURLY_TARGET_SECONDS else "❌"
-        target = f"< {HOURLY_TARGET_SECONDS:.0f} s {met} (steps only, see below)"
+    bound = target(m)
+    text = "-" if bound is None else f"{bound.text} at 1M / 100k"
+    if bound is not None and m["size"] == HOURLY_TARGET_SIZE:
+        met = "✅" if bound.met(statistics.median(m["samples"])) else "❌"
+        text = f"{bound.text} {met} (steps only, see below)"
     peak = f"driver JVM peak RSS {m['peak_driver_jvm_rss_mib']:,.0f} MiB" if "peak_driver_jvm_rss_mib" in m else "-"
-    return [ours, our_rate, "-", peak, "-", target]
+    return [ours, our_rate, "-", peak, "-", text]
 
 
 def _row(m: Mapping[str, Any], step: Step, seconds: _Seconds) -> str:
@@ -154,24 +141,24 @@ def _row(m: Mapping[str, Any], step: Step, seconds: _Seconds) -> str:
             ratio = base_median / median
         else:
             ratio = median / base_median
-        verdict = "" if step.judged is None else (" ✅" if step.judged(ratio) else " ❌")
+        bound = target(m)
+        judged = bound is not None and bound.judged and bound.baseline == m.get("baseline_name")
+        verdict = "" if not judged else (" ✅" if bound.met(ratio) else " ❌")
         kind = "rate" if step.throughput else "time"
-        cells = [ours, our_rate, step.label, base, f"{_ratio_text(ratio)} {kind}{verdict}", step.target]
+        label = (
+            f"{step.label} (payload only)" if step.throughput and m.get("converter_schemas") == "off" else step.label
+        )
+        cells = [ours, our_rate, label, base, f"{_ratio_text(ratio)} {kind}{verdict}", bound.text if judged else "-"]
     return "| " + " | ".join([f"{size:,}", m["step"], f"{work:,} {unit}", *cells]) + " |"
 
 
 def _step_of(m: Mapping[str, Any]) -> tuple[int, Step]:
-    """The figure's place in :data:`STEPS` and how it is shown; an unknown step goes last, unjudged.
+    """The figure's place in :data:`STEPS` and how it is shown; an unknown step goes last.
 
-    Compaction of payload-only messages (``converter_schemas`` off) is judged on its own target, and the
-    diff below :data:`DIFF_AT_SCALE` rows on 3x.
+    Its target (payload-only compaction's, the diff's below 10M rows) is :func:`bench_targets.target`'s.
     """
     for place, step in enumerate(STEPS):
         if (step.step, step.baseline) == (m["step"], m.get("baseline_name")):
-            if step.throughput and m.get("converter_schemas") == "off":
-                step = replace(step, label="raw consumer (payload only)", target=">= 0.5x", judged=lambda r: r >= 0.5)
-            if step.judged and step.step == DIFF_STEP and m["size"] < DIFF_AT_SCALE:
-                step = replace(step, target="<= 3x", judged=lambda r: r <= 3.0)
             return place, step
     return len(STEPS), Step(m["step"], m.get("baseline_name"), m.get("baseline_name") or "-")
 

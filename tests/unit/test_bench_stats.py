@@ -102,3 +102,19 @@ def test_the_results_name_the_converter_form_they_were_measured_with(tmp_path):
     assert "| 0.25x rate ❌ | >= 0.5x raw consumer |" in text  # payload only: the higher target
     (with_schemas,) = table_rows([{**compaction, "converter_schemas": "on"}])
     assert (with_schemas["ratio_text"], with_schemas["target_text"]) == ("0.25x rate ✅", ">= 0.25x raw consumer")
+
+
+def test_the_benchmark_report_and_the_docs_judge_every_step_on_the_same_bound():
+    from bench.bench import target
+    from cdc_dev import bench_targets
+
+    figures = [
+        {"step": "compaction (initial load)", "size": 1_000_000},
+        {"step": "compaction (hourly range)", "size": 1_000_000, "converter_schemas": "off"},
+        {"step": "diff (snapshot vs lake table)", "size": 1_000_000},
+        {"step": "diff (snapshot vs lake table)", "size": 10_000_000},
+        {"step": "hourly run (pipeline steps)", "size": 1_000_000},
+    ]
+    bounds = [(target(m)[1], bench_targets.target(m).bound) for m in figures]
+    assert bounds == [(0.25, 0.25), (0.5, 0.5), (3.0, 3.0), (1.5, 1.5), (120.0, 120.0)]
+    assert bench_targets.target({"step": "snapshot", "size": 1}) is None and target({"step": "snapshot"})[2] == "-"
