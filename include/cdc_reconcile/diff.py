@@ -11,6 +11,7 @@ columns for the audit; the differences come out per key as
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,9 +74,10 @@ def same_value(left: Column, right: Column, data_type: T.DataType) -> Column:
 
     Spark's equality holds ``-0.0`` equal to ``0.0``; floating-point values (alone or inside arrays and
     structs) are compared by their :func:`encoded` text instead, so the comparison agrees with
-    :func:`row_hash` on every value. Maps have no canonical encoding and are refused, as there.
+    :func:`row_hash` on every value. Maps have no canonical encoding and are refused, as there, also
+    inside arrays and structs (before any query is built, not when the first differing row is hashed).
     """
-    if isinstance(data_type, T.MapType | T.VariantType):
+    if any(isinstance(t, T.MapType | T.VariantType) for t in leaf_types(data_type)):
         raise ValueError(f"no canonical encoding for {data_type.simpleString()} values")
     if any(isinstance(t, T.FloatType | T.DoubleType) for t in leaf_types(data_type)):
         return encoded(left, data_type) == encoded(right, data_type)
@@ -226,25 +228,53 @@ class DiffReport:
 
 
 def summarise(
-    diff: DataFrame, lake: DataFrame, source: DataFrame, key: Sequence[str], *, sample_size: int = 5
+    diff: DataFrame,
+    lake: DataFrame,
+    source: DataFrame,
+    key: Sequence[str],
+    *,
+    sample_size: int = 5,
+    counted: tuple[dict[str, int], dict[str, int], int] | None = None,
 ) -> DiffReport:
-    """Counts by kind with the first ``sample_size`` keys of each kind, in a fixed number of actions."""
-    counts, stages = {MISSING: 0, EXTRA: 0, STALE: 0}, {}
-    by = ["kind", "stage"] if "stage" in diff.columns else ["kind"]
-    for row in diff.groupBy(*by).count().collect():
-        counts[row["kind"]] += row["count"]
-        if "stage" in by and row["stage"] is not None:
-            stages[row["stage"]] = stages.get(row["stage"], 0) + row["count"]
+    """Counts by kind with the first ``sample_size`` keys of each kind, in a fixed number of actions.
+
+    ``counted``: the diff's counts by kind and by stage and the source's rows, where the caller has
+    just counted them (validate), so they are not counted again.
+    """
+    if counted is not None:
+        kinds, stages, source_rows = counted
+        counts = {MISSING: 0, EXTRA: 0, STALE: 0, **kinds}
+        stages = {stage: n for stage, n in stages.items() if n}
+    else:
+        counts, stages, source_rows = {MISSING: 0, EXTRA: 0, STALE: 0}, {}, None
+        by = ["kind", "stage"] if "stage" in diff.columns else ["kind"]
+        for row in diff.groupBy(*by).count().collect():
+            counts[row["kind"]] += row["count"]
+            if "stage" in by and row["stage"] is not None:
+                stages[row["stage"]] = stages.get(row["stage"], 0) + row["count"]
     first_keys = Window.partitionBy("kind").orderBy(*names.columns(key))
     picked = diff.withColumn("_n", F.row_number().over(first_keys)).filter(F.col("_n") <= sample_size)
     samples: dict[str, list[dict[str, Any]]] = {}
     for row in picked.orderBy("kind", *names.columns(key)).collect():
-        samples.setdefault(row["kind"], []).append({k: row[k] for k in key})
+        samples.setdefault(row["kind"], []).append({k: _json_value(row[k]) for k in key})
     return DiffReport(
         lake_rows=lake.count(),
-        source_rows=source.count(),
+        source_rows=source.count() if source_rows is None else source_rows,
         counts=counts,
         samples=samples,
         duplicate_keys=duplicate_keys(lake, key).count(),
         stages=stages,
     )
+
+
+def _json_value(value: Any) -> Any:
+    """A sample key's value as its report keeps it in JSON (validate's findings): text for a date,
+    timestamp (ISO 8601), decimal or bytes (hex), so a report reads the same whether it was computed or
+    taken."""
+
+    def as_text(other: Any) -> str:
+        if isinstance(other, bytes | bytearray):
+            return bytes(other).hex()
+        return other.isoformat() if hasattr(other, "isoformat") else str(other)
+
+    return json.loads(json.dumps(value, default=as_text))

@@ -778,10 +778,11 @@ class TableRun:
             ),
         )
         with described(self.spark, f"validate {self.table.name} ({phase.label}): counts"):
-            counts = {MISSING: 0, EXTRA: 0, STALE: 0, **{stage_count(stage): 0 for stage in STAGES}}
+            kinds, stages = {MISSING: 0, EXTRA: 0, STALE: 0}, dict.fromkeys(STAGES, 0)
             for row in diff.groupBy("kind", "stage").count().collect():
-                counts[row["kind"]] += row["count"]
-                counts[stage_count(row["stage"])] += row["count"]
+                kinds[row["kind"]] += row["count"]
+                stages[row["stage"]] += row["count"]
+            counts = {**kinds, **{stage_count(stage): n for stage, n in stages.items()}}
             counts.update(duplicate_counts(range_changelog))
             counts["snapshot_rows"] = inputs.source.count()
             unrepresentable = inputs.snapshot.metadata.get("unrepresentable") or {}
@@ -815,7 +816,7 @@ class TableRun:
                 lock=state_store.held_lock(self.settings.state_dsn, GX_LOCK) if self.settings.state_dsn else None,
             )
         if phase is Phase.BEFORE_REPAIR and not outcome.success:
-            self._keep_findings(diff, as_of)
+            self._keep_findings(diff, as_of, counted=(kinds, stages, counts["snapshot_rows"]))
         as_of.unpersist()
         diff.unpersist()
         changelog.unpersist()
@@ -848,13 +849,16 @@ class TableRun:
             "decode_options": repr(self.settings.decode_options),
         }
 
-    def _keep_findings(self, diff: DataFrame, as_of: DataFrame) -> None:
+    def _keep_findings(
+        self, diff: DataFrame, as_of: DataFrame, *, counted: tuple[dict[str, int], dict[str, int], int]
+    ) -> None:
         """Store the differences (and their report) of a failed suite before repair, with the inputs
-        they were computed from, so that ``reconcile`` need not compute them again."""
+        they were computed from, so that ``reconcile`` need not compute them again. ``counted``: the
+        counts validate took (see :func:`diff.summarise`)."""
         from .diff import summarise
 
         with described(self.spark, f"validate {self.table.name}: the findings kept for reconcile"):
-            report = summarise(diff, as_of, self._inputs.source, self.table.key)
+            report = summarise(diff, as_of, self._inputs.source, self.table.key, counted=counted)
             self._replace(
                 diff,
                 self.lake.findings,

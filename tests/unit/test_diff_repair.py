@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from decimal import Decimal
 
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
@@ -88,6 +90,27 @@ def test_diff_names_missing_extra_and_stale_keys(spark):
     assert kept == report and not kept.clean
     extra = diff_rows(snapshot, lake, ITEMS_KEY, COLUMNS)
     assert {r["kind"] for r in extra.collect()} == {EXTRA, STALE}
+
+
+def test_a_report_of_date_and_decimal_keys_reads_the_same_computed_taken_or_given_its_counts(spark):
+    schema = "day date, amount decimal(10,2), note string"
+    key = ["day", "amount"]
+    lake = spark.createDataFrame(
+        [(dt.date(2026, 1, 1), Decimal("1.50"), "a"), (dt.date(2026, 1, 2), Decimal("2.00"), "b")], schema
+    )
+    source = spark.createDataFrame(
+        [(dt.date(2026, 1, 1), Decimal("1.50"), "x"), (dt.date(2026, 1, 3), Decimal("3.25"), "c")], schema
+    )
+    diff = diff_rows(lake, source, key, ["day", "amount", "note"])
+    report = summarise(diff, lake, source, key)
+    assert report.samples == {
+        EXTRA: [{"day": "2026-01-02", "amount": "2.00"}],
+        MISSING: [{"day": "2026-01-03", "amount": "3.25"}],
+        STALE: [{"day": "2026-01-01", "amount": "1.50"}],
+    }
+    assert DiffReport.from_dict(json.loads(json.dumps(report.as_dict()))) == report
+    given = summarise(diff, lake, source, key, counted=({MISSING: 1, EXTRA: 1, STALE: 1}, {}, 2))
+    assert given == report
 
 
 def test_repair_events_make_the_lake_equal_the_snapshot_and_later_events_still_win(spark):

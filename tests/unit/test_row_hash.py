@@ -156,6 +156,12 @@ def test_a_map_column_is_refused_with_its_type(spark):
         diff_rows(df, df, ["id"], ["id", "attrs"])
 
 
+def test_a_map_inside_a_struct_is_refused_with_the_columns_whole_type(spark):
+    df = spark.createDataFrame([(1, ({"a": "b"},))], "id long, info struct<attrs: map<string,string>>")
+    with pytest.raises(ValueError, match=r"struct<attrs:map<string,string>>"):
+        diff_rows(df, df, ["id"], ["id", "info"])
+
+
 def test_a_key_named_like_the_comparisons_own_columns_is_refused(spark):
     df = spark.createDataFrame([(1, "a")], "_lake_0 long, note string")
     with pytest.raises(ValueError, match="'_lake_0' clashes"):
