@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,11 +21,13 @@ from cdc_dev.faults.checks import (
     uncommitted_files,
 )
 from cdc_dev.faults.cli import RUNNER_ENV, repetition_environment, scenario_names
+from cdc_dev.faults.cli import main as cli_main
 from cdc_dev.faults.harness import FaultRunner
 from cdc_dev.faults.report import markdown, matrix
 from cdc_dev.faults.result import ScenarioResult, compare
 from cdc_dev.faults.scenarios import GROUPS, SCENARIOS, run_scenarios
 from cdc_dev.stack import StackConfig
+from cdc_dev.stack.airflow import airflow_environment
 
 
 def money(value: str) -> str:
@@ -218,3 +221,19 @@ def test_change_data_files_of_a_commit_count_as_committed(tmp_path):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_bytes(b"PAR1")
     assert uncommitted_files(tmp_path) == [tmp_path / "part-2.parquet"]
+
+
+def test_on_spark_connect_the_dag_runs_on_the_server_and_driver_scenarios_are_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CDC_RUN_DIR", str(tmp_path))
+    config = replace(StackConfig(), spark_connect_enabled=True)
+    assert not FaultRunner(config).config.spark_connect_enabled, "by default every task spark-submits a driver"
+    runner = FaultRunner(config, log=lambda _: None, spark_connect=True)
+    connection = json.loads(airflow_environment(runner.config)["AIRFLOW_CONN_SPARK_DEFAULT"])
+    assert (connection["conn_type"], connection["port"]) == ("spark_connect", config.spark_connect_port)
+    [result] = run_scenarios(runner, ["spark_kill"])
+    assert not result.passed and "needs a Spark task's own driver" in result.error
+    with pytest.raises(ValueError, match="cannot run on Spark Connect"):
+        FaultRunner(config, cluster=True, spark_connect=True)
+    with pytest.raises(SystemExit):
+        cli_main(["run", "--scenario", "lost_events,broker_restart", "--spark-connect", "--out", str(tmp_path)])
+    assert "--spark-connect: broker_restart kill or watch a Spark task's own driver" in capsys.readouterr().err

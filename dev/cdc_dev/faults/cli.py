@@ -40,7 +40,11 @@ RUNNER_ENV = {
     "CDC_SPARK_MASTER_PORT": "27137",
     "CDC_SPARK_MASTER_UI_PORT": "28570",
     "CDC_SPARK_WORKER_UI_PORT": "28571",
+    # the Spark Connect server, for ``run --spark-connect``
+    "CDC_SPARK_CONNECT_PORT": "28562",
+    "CDC_SPARK_CONNECT_UI_PORT": "28582",
 }
+SPARK_TASKS = {False: "spark-submit per task", True: "Spark Connect server"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,11 +65,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.repeat < 1 or args.parallel < 1:
         parser.error("--repeat and --parallel must be at least 1")
+    if args.spark_connect:
+        refused = [name for name in names if SCENARIOS[name].own_driver]
+        if refused:
+            parser.error(
+                f"--spark-connect: {', '.join(refused)} kill or watch a Spark task's own driver, which a task on "
+                "the Spark Connect server does not have; run them without --spark-connect"
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = args.stamp or time.strftime("%Y%m%dT%H%M%S")
     if args.parallel > 1 and args.repeat > 1:
-        return _run_in_parallel(names, args.repeat, args.parallel, args.out, stamp)
-    return _run_here(names, range(args.first_repetition, args.first_repetition + args.repeat), args.out, stamp)
+        return _run_in_parallel(names, args.repeat, args.parallel, args.out, stamp, spark_connect=args.spark_connect)
+    repetitions = range(args.first_repetition, args.first_repetition + args.repeat)
+    return _run_here(names, repetitions, args.out, stamp, spark_connect=args.spark_connect)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,6 +100,12 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         help="repetitions run at once, each on its own stack: ports shifted by 1000 per repetition, "
         "run folder .run/faults-<n>, log <out>/<stamp>-rep<n>.log",
+    )
+    run.add_argument(
+        "--spark-connect",
+        action="store_true",
+        help="the DAG's Spark tasks run on the stack's Spark Connect server (the stack's default for users) "
+        "instead of a spark-submit each; refused for the scenarios that kill or watch a task's own driver",
     )
     run.add_argument("--first-repetition", type=int, default=1, help=argparse.SUPPRESS)
     run.add_argument("--stamp", default=None, help=argparse.SUPPRESS)
@@ -116,7 +134,7 @@ def _log(message: str) -> None:
     print(f"[faults {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def _run_here(names: list[str], repetitions: range, out: Path, stamp: str) -> int:
+def _run_here(names: list[str], repetitions: range, out: Path, stamp: str, *, spark_connect: bool = False) -> int:
     """Each repetition in this process on the runner's own fresh stack, stopped afterwards."""
     for key, value in RUNNER_ENV.items():
         os.environ.setdefault(key, value)
@@ -125,7 +143,7 @@ def _run_here(names: list[str], repetitions: range, out: Path, stamp: str) -> in
     results: list[ScenarioResult] = []
 
     def save() -> None:
-        save_results(out, stamp, results, machine=machine_info())
+        save_results(out, stamp, results, machine=machine_info(), spark_tasks=SPARK_TASKS[spark_connect])
 
     # the cluster's scenarios after the others, on a fresh stack that also runs HDFS and the Spark cluster
     groups = [[n for n in names if SCENARIOS[n].cluster == cluster] for cluster in (False, True)]
@@ -133,7 +151,7 @@ def _run_here(names: list[str], repetitions: range, out: Path, stamp: str) -> in
         for group, cluster in zip(groups, (False, True), strict=True):
             if not group:
                 continue
-            runner = FaultRunner(StackConfig(), log=_log, cluster=cluster)
+            runner = FaultRunner(StackConfig(), log=_log, cluster=cluster, spark_connect=spark_connect)
             try:
                 runner.start()
                 run_scenarios(runner, group, repetition, on_result=lambda r: (results.append(r), save()))
@@ -161,7 +179,9 @@ def repetition_environment(repetition: int) -> dict[str, str]:
     return env
 
 
-def _run_in_parallel(names: list[str], repeat: int, parallel: int, out: Path, stamp: str) -> int:
+def _run_in_parallel(
+    names: list[str], repeat: int, parallel: int, out: Path, stamp: str, *, spark_connect: bool = False
+) -> int:
     """Each repetition in a child ``cdc-faults run`` on its own stack, ``parallel`` at a time; one merged matrix."""
     waiting, running = list(range(1, repeat + 1)), {}
     while waiting or running:
@@ -170,6 +190,7 @@ def _run_in_parallel(names: list[str], repeat: int, parallel: int, out: Path, st
             part = f"{stamp}-rep{repetition}"
             argv = [sys.executable, "-m", "cdc_dev.faults", "run", "--scenario", ",".join(names)]
             argv += ["--repeat", "1", "--first-repetition", str(repetition), "--out", str(out), "--stamp", part]
+            argv += ["--spark-connect"] * spark_connect
             with (out / f"{part}.log").open("w") as child_log:
                 child = subprocess.Popen(
                     argv,
@@ -192,7 +213,7 @@ def _run_in_parallel(names: list[str], repeat: int, parallel: int, out: Path, st
             results.extend(load_results(part))
         else:
             results.append(ScenarioResult("stack", "stack", repetition=repetition, error=f"no results: see {part}"))
-    save_results(out, stamp, results, machine=machine_info(), parallel=parallel)
+    save_results(out, stamp, results, machine=machine_info(), parallel=parallel, spark_tasks=SPARK_TASKS[spark_connect])
     print(matrix(results) + "\n" + markdown(results))
     print(f"results: {out / (stamp + '.json')}")
     return 0 if all(r.passed for r in results) else 1

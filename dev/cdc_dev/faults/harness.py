@@ -53,10 +53,19 @@ class FaultRunner:
     """One embedded stack, scenarios run on it one after the other; always stopped by :meth:`stop`."""
 
     def __init__(
-        self, config: StackConfig | None = None, *, log: Callable[[str], None] = print, cluster: bool = False
+        self,
+        config: StackConfig | None = None,
+        *,
+        log: Callable[[str], None] = print,
+        cluster: bool = False,
+        spark_connect: bool = False,
     ) -> None:
-        # the scenarios kill and retry a Spark task's own driver (spark_kill): every task spark-submits one
-        self.config = replace(config or StackConfig(), spark_connect_enabled=False)
+        # Some scenarios kill or watch a Spark task's own driver (spark_kill): by default every task
+        # spark-submits one. ``spark_connect``: the tasks run on the stack's Spark Connect server, as the
+        # stack runs them for its users, for the scenarios that need no driver of their own.
+        if spark_connect and cluster:
+            raise ValueError("the cluster's scenarios watch a task's own driver: they cannot run on Spark Connect")
+        self.config = replace(config or StackConfig(), spark_connect_enabled=spark_connect)
         self.cluster = cluster
         self.stack = Stack(self.config, airflow=False, cluster=cluster)
         self.log = log
@@ -71,7 +80,15 @@ class FaultRunner:
         With ``cluster``, HDFS and the Spark standalone cluster too: the DAG's Spark tasks then submit to
         ``spark://`` (client mode) and the lake is on ``hdfs://`` (:meth:`dag_environment`).
         """
-        self.log(f"stack: fresh start under {self.config.run_dir}{' with HDFS and the Spark cluster' * self.cluster}")
+        spark_tasks = (
+            f"on the Spark Connect server {self.config.spark_connect_url}"
+            if self.config.spark_connect_enabled
+            else "a spark-submit each"
+        )
+        self.log(
+            f"stack: fresh start under {self.config.run_dir}{' with HDFS and the Spark cluster' * self.cluster}; "
+            f"the DAG's Spark tasks: {spark_tasks}"
+        )
         self.stack.down(destroy=True)
         self.stack.up(register=False)
         self.registered = False

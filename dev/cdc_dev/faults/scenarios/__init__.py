@@ -26,6 +26,8 @@ class Scenario(NamedTuple):
     number: int
     run: Callable[[FaultRunner], ScenarioResult]
     cluster: bool = False  # runs on a stack with HDFS and the Spark cluster (``FaultRunner(cluster=True)``)
+    # kills or watches a Spark task's own driver process, so it needs a spark-submit per task (not Spark Connect)
+    own_driver: bool = False
 
 
 # Run order (the cluster's after the others, on a stack of their own): the initial-snapshot kill needs
@@ -35,13 +37,13 @@ SCENARIOS: dict[str, Scenario] = {
     "lost_events": Scenario(5, lost_events),
     "redelivery_eos_off": Scenario(3, redelivery_eos_off),
     "task_rerun": Scenario(7, task_rerun),
-    "spark_kill": Scenario(6, spark_kill),
-    "broker_restart": Scenario(8, broker_restart),
+    "spark_kill": Scenario(6, spark_kill, own_driver=True),
+    "broker_restart": Scenario(8, broker_restart, own_driver=True),
     "replication_kill": Scenario(1, replication_kill),
     "aborted_eos_on": Scenario(4, aborted_eos_on),
-    "worker_kill": Scenario(9, worker_kill, cluster=True),
-    "datanode_kill": Scenario(10, datanode_kill, cluster=True),
-    "master_restart": Scenario(11, master_restart, cluster=True),
+    "worker_kill": Scenario(9, worker_kill, cluster=True, own_driver=True),
+    "datanode_kill": Scenario(10, datanode_kill, cluster=True, own_driver=True),
+    "master_restart": Scenario(11, master_restart, cluster=True, own_driver=True),
 }
 # ``--scenario`` groups besides single names and ``all``
 GROUPS = {
@@ -67,6 +69,8 @@ def run_scenarios(
         try:
             if SCENARIOS[name].cluster != runner.cluster:
                 raise ValueError(f"scenario {name} needs a runner with cluster={SCENARIOS[name].cluster}")
+            if SCENARIOS[name].own_driver and runner.config.spark_connect_enabled:
+                raise ValueError(f"scenario {name} needs a Spark task's own driver: a runner without spark_connect")
             if name != "snapshot_kill" and runner.last_clean_run is None:
                 baseline = runner.ensure_baseline()
                 if baseline is not None:
