@@ -6,7 +6,8 @@ write, committed under ``docs/results/``:
 
 * ``fault-matrix.json``: what ``bash scripts/faults.sh`` saves (``test-artifacts/faults/<stamp>.json``),
   rendered by the fault runner's own ``matrix``; ``fault-matrix-cluster.json``: the same for the
-  cluster's scenarios (``--scenario cluster``);
+  cluster's scenarios (``--scenario cluster``); ``fault-matrix-spark-connect.json``: for the scenarios
+  run with ``--spark-connect``;
 * ``bench.json``: what ``bash bench/run.sh`` saves (``bench/results/<stamp>.json``), on the lake as
   it was before Delta Lake (Parquet under a manifest), kept as the "before" of that change;
 * ``bench-delta.json``: the same benchmark on the Delta Lake lake.
@@ -197,6 +198,12 @@ def _bench(path: Path) -> str:
 TABLES = (
     Generated("docs/fault-matrix.md", "fault-matrix", "docs/results/fault-matrix.json", _fault_matrix),
     Generated("docs/fault-matrix.md", "fault-matrix-cluster", "docs/results/fault-matrix-cluster.json", _fault_matrix),
+    Generated(
+        "docs/fault-matrix.md",
+        "fault-matrix-spark-connect",
+        "docs/results/fault-matrix-spark-connect.json",
+        _fault_matrix,
+    ),
     Generated("docs/performance.md", "performance", "docs/results/bench.json", _bench),
     Generated("docs/performance.md", "performance-delta", "docs/results/bench-delta.json", _bench),
 )

@@ -72,9 +72,11 @@ def checkout(tmp_path: Path) -> Path:
     (tmp_path / "docs" / "results" / "bench.json").write_text(json.dumps(BENCH))
     (tmp_path / "docs" / "results" / "bench-delta.json").write_text(json.dumps(BENCH))
     (tmp_path / "docs" / "results" / "fault-matrix-cluster.json").write_text(json.dumps(FAULTS))
+    (tmp_path / "docs" / "results" / "fault-matrix-spark-connect.json").write_text(json.dumps(FAULTS))
     cluster_block = f"{docs_tables.begin_marker('fault-matrix-cluster')}\n{docs_tables.END_MARKER}"
+    connect_block = f"{docs_tables.begin_marker('fault-matrix-spark-connect')}\n{docs_tables.END_MARKER}"
     (tmp_path / "docs" / "fault-matrix.md").write_text(
-        document("fault-matrix", "| stale | table |\n") + f"\n{cluster_block}\n"
+        document("fault-matrix", "| stale | table |\n") + f"\n{cluster_block}\n\n{connect_block}\n"
     )
     delta_block = f"{docs_tables.begin_marker('performance-delta')}\n{docs_tables.END_MARKER}"
     (tmp_path / "docs" / "performance.md").write_text(document("performance", "") + f"\n{delta_block}\n")
