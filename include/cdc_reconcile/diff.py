@@ -227,6 +227,19 @@ class DiffReport:
         }
 
 
+def counts_by_kind_and_stage(diff: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
+    """The diff's rows by kind (every kind, 0 when none) and by the stage they arose in (the stages
+    present; none when the diff is not attributed), in one action."""
+    kinds: dict[str, int] = {MISSING: 0, EXTRA: 0, STALE: 0}
+    stages: dict[str, int] = {}
+    by = ["kind", "stage"] if "stage" in diff.columns else ["kind"]
+    for row in diff.groupBy(*by).count().collect():
+        kinds[row["kind"]] += row["count"]
+        if "stage" in by and row["stage"] is not None:
+            stages[row["stage"]] = stages.get(row["stage"], 0) + row["count"]
+    return kinds, stages
+
+
 def summarise(
     diff: DataFrame,
     lake: DataFrame,
@@ -238,25 +251,18 @@ def summarise(
 ) -> DiffReport:
     """Counts by kind with the first ``sample_size`` keys of each kind, in a fixed number of actions.
 
-    ``counted``: the diff's counts by kind and by stage and the source's rows, where the caller has
-    just counted them (validate), so they are not counted again.
+    ``counted``: :func:`counts_by_kind_and_stage` and the source's rows, where the caller has just
+    taken them (validate), so they are not taken again.
     """
-    if counted is not None:
-        kinds, stages, source_rows = counted
-        counts = {MISSING: 0, EXTRA: 0, STALE: 0, **kinds}
-        stages = {stage: n for stage, n in stages.items() if n}
-    else:
-        counts, stages, source_rows = {MISSING: 0, EXTRA: 0, STALE: 0}, {}, None
-        by = ["kind", "stage"] if "stage" in diff.columns else ["kind"]
-        for row in diff.groupBy(*by).count().collect():
-            counts[row["kind"]] += row["count"]
-            if "stage" in by and row["stage"] is not None:
-                stages[row["stage"]] = stages.get(row["stage"], 0) + row["count"]
+    (counts, stages), source_rows = (
+        (counts_by_kind_and_stage(diff), None) if counted is None else (counted[:2], counted[2])
+    )
     first_keys = Window.partitionBy("kind").orderBy(*names.columns(key))
     picked = diff.withColumn("_n", F.row_number().over(first_keys)).filter(F.col("_n") <= sample_size)
     samples: dict[str, list[dict[str, Any]]] = {}
     for row in picked.orderBy("kind", *names.columns(key)).collect():
-        samples.setdefault(row["kind"], []).append({k: _json_value(row[k]) for k in key})
+        # as the report's JSON keeps them (validate's findings), so a computed and a taken report agree
+        samples.setdefault(row["kind"], []).append(json.loads(json.dumps({k: row[k] for k in key}, default=str)))
     return DiffReport(
         lake_rows=lake.count(),
         source_rows=source.count() if source_rows is None else source_rows,
@@ -265,16 +271,3 @@ def summarise(
         duplicate_keys=duplicate_keys(lake, key).count(),
         stages=stages,
     )
-
-
-def _json_value(value: Any) -> Any:
-    """A sample key's value as its report keeps it in JSON (validate's findings): text for a date,
-    timestamp (ISO 8601), decimal or bytes (hex), so a report reads the same whether it was computed or
-    taken."""
-
-    def as_text(other: Any) -> str:
-        if isinstance(other, bytes | bytearray):
-            return bytes(other).hex()
-        return other.isoformat() if hasattr(other, "isoformat") else str(other)
-
-    return json.loads(json.dumps(value, default=as_text))

@@ -741,7 +741,7 @@ class TableRun:
         from . import names
         from .attribution import STAGES, stage_count
         from .compaction import CDC_COLUMNS, TRUNCATE_KEY, duplicate_counts
-        from .diff import EXTRA, MISSING, STALE
+        from .diff import counts_by_kind_and_stage
         from .suite import (
             CHANGE_IDENTITY,
             DIFFERENCE_COLUMNS,
@@ -778,11 +778,8 @@ class TableRun:
             ),
         )
         with described(self.spark, f"validate {self.table.name} ({phase.label}): counts"):
-            kinds, stages = {MISSING: 0, EXTRA: 0, STALE: 0}, dict.fromkeys(STAGES, 0)
-            for row in diff.groupBy("kind", "stage").count().collect():
-                kinds[row["kind"]] += row["count"]
-                stages[row["stage"]] += row["count"]
-            counts = {**kinds, **{stage_count(stage): n for stage, n in stages.items()}}
+            kinds, stages = counts_by_kind_and_stage(diff)
+            counts = {**kinds, **{stage_count(stage): stages.get(stage, 0) for stage in STAGES}}
             counts.update(duplicate_counts(range_changelog))
             counts["snapshot_rows"] = inputs.source.count()
             unrepresentable = inputs.snapshot.metadata.get("unrepresentable") or {}
